@@ -1,0 +1,103 @@
+"""Figures that pages print and examples compute: one store, one formatter.
+
+A page writes ``{{ key }}`` (a figure of its own page) or ``{{ page-stem.key }}``;
+the site hook replaces it with the value from ``examples/figures.json``, formatted for
+the page's language. The examples compute every value and fail when the store differs
+(see ``examples/conftest.py``, fixture ``figure``), so a page cannot print a number that
+the code does not produce.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+STORE = Path(__file__).resolve().parents[2] / "examples" / "figures.json"
+LANGS = ("en", "ja", "zh", "de", "fr")
+
+# {{ key }} or {{ page.key }}; keys are [a-z0-9_], pages are file stems.
+PLACEHOLDER = re.compile(r"\{\{\s*(?:(?P<page>[a-z0-9][a-z0-9-]*)\.)?(?P<key>[a-z0-9_]+)\s*\}\}")
+
+UNITS = ("gib", "mib", "int", "millions", "ratio", "percent", "seconds", "float")
+
+_BYTE_UNITS = {
+    # unit -> (divisor, symbol per language)
+    "gib": (1024**3, {"fr": "Gio"}, "GiB"),
+    "mib": (1024**2, {"fr": "Mio"}, "MiB"),
+}
+
+
+class FigureError(ValueError):
+    """A figure that is missing, malformed or of an unknown unit."""
+
+
+def load(path: Path = STORE) -> dict[str, dict[str, dict]]:
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def save(store: dict, path: Path = STORE) -> None:
+    ordered = {page: dict(sorted(figs.items())) for page, figs in sorted(store.items())}
+    path.write_text(json.dumps(ordered, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _group(int_text: str, sep: str) -> str:
+    head, rest = int_text[: len(int_text) % 3 or 3], int_text[len(int_text) % 3 or 3 :]
+    return sep.join([head] + [rest[i : i + 3] for i in range(0, len(rest), 3)])
+
+
+def _number(value: float, decimals: int, lang: str) -> str:
+    text = f"{abs(value):.{decimals}f}"
+    whole, _, frac = text.partition(".")
+    thousands = {"de": ".", "fr": "\u202f"}.get(lang, ",")
+    decimal = "," if lang in ("de", "fr") else "."
+    out = _group(whole, thousands) + (decimal + frac if frac else "")
+    return ("-" if value < 0 else "") + out
+
+
+def format_figure(value: float, unit: str, lang: str = "en", decimals: int | None = None) -> str:
+    """Format a figure the way a native technical writer of `lang` prints it."""
+    if lang not in LANGS:
+        raise FigureError(f"unknown language {lang!r}")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise FigureError(f"figure value must be a finite number, got {value!r}")
+    if unit in _BYTE_UNITS:
+        divisor, symbols, default = _BYTE_UNITS[unit]
+        return f"{_number(value / divisor, 2 if decimals is None else decimals, lang)} {symbols.get(lang, default)}"
+    if unit == "int":
+        return _number(round(value), 0, lang)
+    if unit == "millions":
+        return _number(value / 1e6, 2 if decimals is None else decimals, lang) + "M"
+    if unit == "ratio":
+        return _number(value, 2 if decimals is None else decimals, lang) + "×"
+    if unit == "percent":
+        text = _number(value * 100, 0 if decimals is None else decimals, lang)
+        return text + ("\u202f%" if lang in ("de", "fr") else "%")
+    if unit == "seconds":
+        return _number(value, 2 if decimals is None else decimals, lang) + " s"
+    if unit == "float":
+        return _number(value, 2 if decimals is None else decimals, lang)
+    raise FigureError(f"unknown figure unit {unit!r} (known: {', '.join(UNITS)})")
+
+
+def render(text: str, page: str, lang: str, store: dict | None = None) -> str:
+    """Replace every placeholder of `text` (a page `page` in `lang`) with its formatted figure."""
+    store = load() if store is None else store
+
+    def sub(match: re.Match) -> str:
+        owner = match.group("page") or page
+        key = match.group("key")
+        entry = store.get(owner, {}).get(key)
+        if entry is None:
+            raise FigureError(f"{lang}/{page}: figure {owner}.{key} is not in {STORE.name}; run `pytest examples --update-figures`")
+        return format_figure(entry["value"], entry["unit"], lang, entry.get("decimals"))
+
+    return PLACEHOLDER.sub(sub, text)
+
+
+def placeholders(text: str, page: str) -> list[tuple[str, str]]:
+    """The (page, key) of every figure a page's text uses, in order."""
+    return [(m.group("page") or page, m.group("key")) for m in PLACEHOLDER.finditer(text)]
