@@ -37,25 +37,46 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="oomguide", description="CUDA out-of-memory in nanoGPT: predict it, explain it.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    check = sub.add_parser("check", help="predict each phase's peak GPU memory for a nanoGPT config, no GPU needed",
-                           description="Predict the peak CUDA memory of nanoGPT's train step and estimate_loss for "
-                                       "a config, whether each fits the card, and the largest batch_size that does.")
-    check.add_argument("configs", nargs="*", metavar="CONFIG", help="nanoGPT config files (config/train_*.py), applied in order")
-    check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a setting, like train.py's --key=value (repeatable)")
+    check = sub.add_parser(
+        "check",
+        help="predict each phase's peak GPU memory for a nanoGPT config, no GPU needed",
+        description="Predict the peak CUDA memory of nanoGPT's train step and estimate_loss for "
+        "a config, whether each fits the card, and the largest batch_size that does.",
+    )
+    check.add_argument(
+        "configs",
+        nargs="*",
+        metavar="CONFIG",
+        help="nanoGPT config files (config/train_*.py), applied in order",
+    )
+    check.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting, like train.py's --key=value (repeatable)",
+    )
     check.add_argument("--model", metavar="PATH", help="a nanoGPT model.py to use instead of oomguide's GPT")
-    check.add_argument("--gpu-memory", type=_size, default=memory.DEFAULT_GPU_MEMORY, metavar="SIZE",
-                       help="the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
-                            "units GiB, GB, MiB, MB")
+    check.add_argument(
+        "--gpu-memory",
+        type=_size,
+        default=memory.DEFAULT_GPU_MEMORY,
+        metavar="SIZE",
+        help="the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
+        "units GiB, GB, MiB, MB",
+    )
     check.add_argument("--phase", choices=memory.PHASES, action="append", help="only this phase (repeatable)")
     check.add_argument("--no-search", action="store_true", help="skip the search for the largest batch_size")
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
     from . import oom  # explain's arguments live with explain
 
-    explain = sub.add_parser("explain", help="explain a PyTorch OOM message (or a whole traceback)",
-                             description="Read a CUDA out-of-memory message and say which tensor it was, why it "
-                                         "failed, and which section of the guide to read.")
+    explain = sub.add_parser(
+        "explain",
+        help="explain a PyTorch OOM message (or a whole traceback)",
+        description="Read a CUDA out-of-memory message and say which tensor it was, why it "
+        "failed, and which section of the guide to read.",
+    )
     oom.add_arguments(explain)
     return parser
 
@@ -65,8 +86,12 @@ def _progress(phase: str, quiet: bool):
         if quiet:
             return
         bar = "#" * min(done, 20)
-        print(f"\r  searching the largest batch_size for {phase}: [{bar:<20}] {done} predictions",
-              end="", file=sys.stderr, flush=True)
+        print(
+            f"\r  searching the largest batch_size for {phase}: [{bar:<20}] {done} predictions",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return report
 
@@ -81,9 +106,16 @@ def run_check(args) -> int:
     notes = [str(w.message) for w in caught]
     source = memory.load_model_source(args.model) if args.model else None
     phases = args.phase or list(memory.PHASES)
-    out = {"gpu_memory_bytes": args.gpu_memory, "usable_bytes": memory.usable_bytes(args.gpu_memory),
-           "context_bytes": memory.CONTEXT_BYTES, "mode": "predicted", "config": config.sources,
-           "model": args.model or "oomguide.model.GPT", "warnings": notes, "phases": {}}
+    out = {
+        "gpu_memory_bytes": args.gpu_memory,
+        "usable_bytes": memory.usable_bytes(args.gpu_memory),
+        "context_bytes": memory.CONTEXT_BYTES,
+        "mode": "predicted",
+        "config": config.sources,
+        "model": args.model or "oomguide.model.GPT",
+        "warnings": notes,
+        "phases": {},
+    }
     quiet = args.json or not sys.stderr.isatty()
     for phase in phases:
         known: dict = {}
@@ -92,8 +124,9 @@ def run_check(args) -> int:
         entry = result.to_json()
         if not args.no_search:
             report = _progress(phase, quiet)
-            entry["max_batch_size"] = memory.max_batch_size(config, phase, args.gpu_memory, source=source,
-                                                            known=known, progress=report)
+            entry["max_batch_size"] = memory.max_batch_size(
+                config, phase, args.gpu_memory, source=source, known=known, progress=report
+            )
             if not quiet:
                 print(file=sys.stderr)
         out["phases"][phase] = entry
@@ -107,12 +140,16 @@ def run_check(args) -> int:
 
 def _print_check(out: dict, config) -> None:
     fmt = memory.fmt_bytes
-    print(f"card: {fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
-          f"({fmt(out['context_bytes'])} set aside for the CUDA context)")
-    print(f"config: batch_size={config.batch_size} block_size={config.block_size} dtype={config.dtype} "
-          f"n_layer={config.n_layer} n_head={config.n_head} n_embd={config.n_embd} "
-          f"gradient_accumulation_steps={config.gradient_accumulation_steps}"
-          + (f" eval_batch_size={config.eval_batch_size}" if config.eval_batch_size else ""))
+    print(
+        f"card: {fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
+        f"({fmt(out['context_bytes'])} set aside for the CUDA context)"
+    )
+    print(
+        f"config: batch_size={config.batch_size} block_size={config.block_size} dtype={config.dtype} "
+        f"n_layer={config.n_layer} n_head={config.n_head} n_embd={config.n_embd} "
+        f"gradient_accumulation_steps={config.gradient_accumulation_steps}"
+        + (f" eval_batch_size={config.eval_batch_size}" if config.eval_batch_size else "")
+    )
     for note in out["warnings"]:
         print(f"note: {note}")
     for phase, r in out["phases"].items():
@@ -120,15 +157,19 @@ def _print_check(out: dict, config) -> None:
         print(f"\n{phase}: predicted peak {fmt(r['peak_bytes'])} -> {verdict}")
         print(f"  largest allocation: {fmt(r['largest_allocation_bytes'])} ({r['largest_allocation']})")
         if not r["fits"]:
-            print(f"  would fail at: Tried to allocate {fmt(r['failing_allocation_bytes'])} "
-                  f"({r['failing_allocation']}), with {fmt(r['allocated_at_failure_bytes'])} already allocated")
+            print(
+                f"  would fail at: Tried to allocate {fmt(r['failing_allocation_bytes'])} "
+                f"({r['failing_allocation']}), with {fmt(r['allocated_at_failure_bytes'])} already allocated"
+            )
         parts = ", ".join(f"{k.replace('_', ' ')} {fmt(v)}" for k, v in r["breakdown"].items())
         print(f"  at the peak: {parts}")
         if "max_batch_size" in r:
             mbs = r["max_batch_size"]
             print(f"  largest batch_size that fits: {mbs}" if mbs else "  not even batch_size=1 fits")
-    print("\n(predicted on fake tensors with CUDA's autocast and allocator rounding; torch.compile and "
-          "fragmentation are not modelled: keep some headroom)")
+    print(
+        "\n(predicted on fake tensors with CUDA's autocast and allocator rounding; torch.compile and "
+        "fragmentation are not modelled: keep some headroom)"
+    )
 
 
 def main(argv=None) -> int:

@@ -68,8 +68,22 @@ EXTENSION_DEFAULTS: dict[str, object] = {
 DEFAULTS = {**NANOGPT_DEFAULTS, **EXTENSION_DEFAULTS}
 
 MEMORY_KEYS = frozenset(
-    {"batch_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "dtype", "init_from",
-     "eval_batch_size", "eval_block_size", "grad_checkpoint", "vocab_size", "device"}
+    {
+        "batch_size",
+        "block_size",
+        "n_layer",
+        "n_head",
+        "n_embd",
+        "dropout",
+        "bias",
+        "dtype",
+        "init_from",
+        "eval_batch_size",
+        "eval_block_size",
+        "grad_checkpoint",
+        "vocab_size",
+        "device",
+    }
 )
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -119,38 +133,72 @@ class TrainConfig:
         v = self.values
         if v["init_from"] in PRETRAINED_SHAPES:
             # like train.py: from_pretrained, then crop the block size if asked for a smaller one
-            return pretrained_config(v["init_from"], dropout=v["dropout"], grad_checkpoint=v["grad_checkpoint"],
-                                     block_size=min(v["block_size"], 1024))
-        return GPTConfig(block_size=v["block_size"], vocab_size=v["vocab_size"], n_layer=v["n_layer"],
-                         n_head=v["n_head"], n_embd=v["n_embd"], dropout=v["dropout"], bias=v["bias"],
-                         grad_checkpoint=v["grad_checkpoint"])
+            return pretrained_config(
+                v["init_from"],
+                dropout=v["dropout"],
+                grad_checkpoint=v["grad_checkpoint"],
+                block_size=min(v["block_size"], 1024),
+            )
+        return GPTConfig(
+            block_size=v["block_size"],
+            vocab_size=v["vocab_size"],
+            n_layer=v["n_layer"],
+            n_head=v["n_head"],
+            n_embd=v["n_embd"],
+            dropout=v["dropout"],
+            bias=v["bias"],
+            grad_checkpoint=v["grad_checkpoint"],
+        )
 
     def validate(self) -> None:
         v = self.values
-        for key in ("batch_size", "block_size", "n_layer", "n_head", "n_embd", "gradient_accumulation_steps",
-                    "eval_iters", "vocab_size"):
+        for key in (
+            "batch_size",
+            "block_size",
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "gradient_accumulation_steps",
+            "eval_iters",
+            "vocab_size",
+        ):
             if not isinstance(v[key], int) or isinstance(v[key], bool) or v[key] <= 0:
                 raise ConfigError(f"{key} must be a positive integer, got {v[key]!r}")
         for key in ("eval_batch_size", "eval_block_size"):
-            if v[key] is not None and (not isinstance(v[key], int) or isinstance(v[key], bool) or v[key] <= 0):
+            if v[key] is not None and (
+                not isinstance(v[key], int) or isinstance(v[key], bool) or v[key] <= 0
+            ):
                 raise ConfigError(f"{key} must be a positive integer, got {v[key]!r}")
         if v["dtype"] not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {v['dtype']!r}")
         if v["init_from"] not in ("scratch", "resume", *PRETRAINED_SHAPES):
-            raise ConfigError(f"init_from must be 'scratch', 'resume' or one of {', '.join(PRETRAINED_SHAPES)}, "
-                              f"got {v['init_from']!r}")
+            raise ConfigError(
+                f"init_from must be 'scratch', 'resume' or one of {', '.join(PRETRAINED_SHAPES)}, "
+                f"got {v['init_from']!r}"
+            )
         if v["init_from"] in PRETRAINED_SHAPES and v["block_size"] > 1024:
-            raise ConfigError(f"block_size {v['block_size']} is above the model's 1024 (init_from={v['init_from']!r})")
+            raise ConfigError(
+                f"block_size {v['block_size']} is above the model's 1024 (init_from={v['init_from']!r})"
+            )
         if v["eval_block_size"] is not None and v["eval_block_size"] > v["block_size"]:
-            raise ConfigError(f"eval_block_size {v['eval_block_size']} is above the model's block_size {v['block_size']}")
+            raise ConfigError(
+                f"eval_block_size {v['eval_block_size']} is above the model's block_size {v['block_size']}"
+            )
         if v["init_from"] not in PRETRAINED_SHAPES and v["n_embd"] % v["n_head"] != 0:
             raise ConfigError(f"n_embd ({v['n_embd']}) must be divisible by n_head ({v['n_head']})")
         if not isinstance(v["dropout"], (int, float)) or not 0.0 <= v["dropout"] < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {v['dropout']!r}")
 
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
 
 
@@ -175,12 +223,19 @@ def _evaluate(node: ast.AST, known: dict):
 def _set(values: dict, key: str, value, where: str) -> None:
     """Assign with nanoGPT configurator's type check: the value keeps the default's type."""
     if key not in DEFAULTS:
-        warnings.warn(f"{where}: {key!r} is not a nanoGPT train.py setting; oomguide ignores it", stacklevel=3)
+        warnings.warn(
+            f"{where}: {key!r} is not a nanoGPT train.py setting; oomguide ignores it", stacklevel=3
+        )
         values[key] = value
         return
     default = DEFAULTS[key]
-    if default is not None and not isinstance(default, bool) and isinstance(default, float) and isinstance(value, int) \
-            and not isinstance(value, bool):
+    if (
+        default is not None
+        and not isinstance(default, bool)
+        and isinstance(default, float)
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+    ):
         value = float(value)  # configurator accepts 1 for a float setting
     if default is None:
         ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
@@ -220,16 +275,22 @@ def read_config_file(path: str | Path, values: dict) -> None:
             continue  # a docstring
         else:
             first = ast.get_source_segment(text, stmt) or type(stmt).__name__
-            warnings.warn(f"{where}: skipped (not a plain assignment): {first.splitlines()[0][:80]}", stacklevel=2)
+            warnings.warn(
+                f"{where}: skipped (not a plain assignment): {first.splitlines()[0][:80]}", stacklevel=2
+            )
             continue
         try:
             value = _evaluate(expr, values)
         except (ValueError, TypeError, ZeroDivisionError, OverflowError):
             names = ", ".join(targets)
             if MEMORY_KEYS.intersection(targets):
-                raise ConfigError(f"{where}: cannot read {names} = {ast.unparse(expr)[:80]} without running it; "
-                                  "write a literal value (it matters for memory)") from None
-            warnings.warn(f"{where}: skipped {names} = {ast.unparse(expr)[:80]} (not a literal)", stacklevel=2)
+                raise ConfigError(
+                    f"{where}: cannot read {names} = {ast.unparse(expr)[:80]} without running it; "
+                    "write a literal value (it matters for memory)"
+                ) from None
+            warnings.warn(
+                f"{where}: skipped {names} = {ast.unparse(expr)[:80]} (not a literal)", stacklevel=2
+            )
             continue
         for key in targets:
             _set(values, key, value, where)

@@ -92,7 +92,9 @@ def render(text: str, page: str, lang: str, store: dict | None = None) -> str:
         key = match.group("key")
         entry = store.get(owner, {}).get(key)
         if entry is None:
-            raise FigureError(f"{lang}/{page}: figure {owner}.{key} is not in {STORE.name}; run `pytest examples --update-figures`")
+            raise FigureError(
+                f"{lang}/{page}: figure {owner}.{key} is not in {STORE.name}; run `pytest examples --update-figures`"
+            )
         return format_figure(entry["value"], entry["unit"], lang, entry.get("decimals"))
 
     return PLACEHOLDER.sub(sub, text)

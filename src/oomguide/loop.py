@@ -63,7 +63,9 @@ class BinData:
         x = torch.stack([torch.from_numpy(data[i : i + block_size].astype(np.int64)) for i in ix])
         y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + block_size].astype(np.int64)) for i in ix])
         if self.device.startswith("cuda"):
-            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(
+                self.device, non_blocking=True
+            )
         return x.to(self.device), y.to(self.device)
 
 
@@ -84,8 +86,9 @@ def make_optimizer(model, config, device_type: str):
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2),
-                             fused=(device_type == "cuda"))
+    return torch.optim.AdamW(
+        groups, lr=config.learning_rate, betas=(config.beta1, config.beta2), fused=(device_type == "cuda")
+    )
 
 
 def make_scaler(dtype: str, device_type: str = "cuda"):

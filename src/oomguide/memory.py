@@ -91,16 +91,56 @@ def _ops(*names):
 
 
 # CUDA autocast's lower-precision list and float32 list (PyTorch's amp page), the ops a GPT uses.
-_LOWER = _ops("F.linear", "torch.matmul", "Tensor.matmul", "Tensor.__matmul__", "Tensor.__rmatmul__", "torch.mm",
-              "Tensor.mm", "torch.bmm", "Tensor.bmm", "torch.baddbmm", "Tensor.baddbmm", "torch.addmm",
-              "Tensor.addmm", "torch.addbmm", "F.scaled_dot_product_attention", "F.conv1d", "F.conv2d", "F.conv3d")
-_FLOAT32 = _ops("F.layer_norm", "F.group_norm", "F.nll_loss", "F.mse_loss", "F.l1_loss", "F.smooth_l1_loss",
-                "F.kl_div", "F.binary_cross_entropy_with_logits", "torch.exp", "Tensor.exp", "torch.log", "Tensor.log",
-                "torch.pow", "Tensor.pow", "Tensor.__pow__", "torch.rsqrt", "Tensor.rsqrt", "torch.norm",
-                "Tensor.norm", "F.normalize", "torch.logsumexp", "Tensor.logsumexp", "torch.cumsum", "Tensor.cumsum")
+_LOWER = _ops(
+    "F.linear",
+    "torch.matmul",
+    "Tensor.matmul",
+    "Tensor.__matmul__",
+    "Tensor.__rmatmul__",
+    "torch.mm",
+    "Tensor.mm",
+    "torch.bmm",
+    "Tensor.bmm",
+    "torch.baddbmm",
+    "Tensor.baddbmm",
+    "torch.addmm",
+    "Tensor.addmm",
+    "torch.addbmm",
+    "F.scaled_dot_product_attention",
+    "F.conv1d",
+    "F.conv2d",
+    "F.conv3d",
+)
+_FLOAT32 = _ops(
+    "F.layer_norm",
+    "F.group_norm",
+    "F.nll_loss",
+    "F.mse_loss",
+    "F.l1_loss",
+    "F.smooth_l1_loss",
+    "F.kl_div",
+    "F.binary_cross_entropy_with_logits",
+    "torch.exp",
+    "Tensor.exp",
+    "torch.log",
+    "Tensor.log",
+    "torch.pow",
+    "Tensor.pow",
+    "Tensor.__pow__",
+    "torch.rsqrt",
+    "Tensor.rsqrt",
+    "torch.norm",
+    "Tensor.norm",
+    "F.normalize",
+    "torch.logsumexp",
+    "Tensor.logsumexp",
+    "torch.cumsum",
+    "Tensor.cumsum",
+)
 # float32 unless the call names a dtype (autocast's "fp32_set_opt_dtype")
-_FLOAT32_UNLESS_DTYPE = _ops("F.softmax", "F.log_softmax", "torch.softmax", "torch.log_softmax", "Tensor.softmax",
-                             "Tensor.log_softmax")
+_FLOAT32_UNLESS_DTYPE = _ops(
+    "F.softmax", "F.log_softmax", "torch.softmax", "torch.log_softmax", "Tensor.softmax", "Tensor.log_softmax"
+)
 
 
 class CudaAutocast(TorchFunctionMode):
@@ -146,11 +186,21 @@ class CudaAutocast(TorchFunctionMode):
                 kwargs = dict(kwargs, dtype=torch.float32)
         return func(*args, **kwargs)
 
-    def _cross_entropy(self, input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
-                       reduction="mean", label_smoothing=0.0):
+    def _cross_entropy(
+        self,
+        input,
+        target,
+        weight=None,
+        size_average=None,
+        ignore_index=-100,
+        reduce=None,
+        reduction="mean",
+        label_smoothing=0.0,
+    ):
         if input.dtype not in (torch.float16, torch.bfloat16) or label_smoothing or input.dim() != 2:
-            return F.cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction,
-                                   label_smoothing)
+            return F.cross_entropy(
+                input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing
+            )
         # cross_entropy_loss is not on CUDA's lists: its log_softmax keeps the input dtype (explicitly),
         # and nll_loss, on the float32 list, casts the log-probabilities to a float32 copy.
         logprobs = torch.log_softmax(input, 1, dtype=input.dtype)
@@ -237,7 +287,12 @@ class AllocationTracker(TorchDispatchMode):
             source = StorageWeakRef(args[0].untyped_storage()).cdata
             if source in self.weight_keys:
                 return "weights"  # autocast's low-precision copy of a weight
-        if self.vocab_size and t.dim() >= 2 and t.shape[-1] == self.vocab_size and t.shape[0] != self.vocab_size:
+        if (
+            self.vocab_size
+            and t.dim() >= 2
+            and t.shape[-1] == self.vocab_size
+            and t.shape[0] != self.vocab_size
+        ):
             return "logits_and_loss"
         return "activations"
 
@@ -255,7 +310,9 @@ class AllocationTracker(TorchDispatchMode):
                 self._sweep()  # frees happen between ops: settle them before counting the new block
                 swept = True
             nbytes = block_size(storage.nbytes())
-            alloc = Allocation(nbytes, str(func.overloadpacket.__name__), tuple(t.shape), str(t.dtype).replace("torch.", ""))
+            alloc = Allocation(
+                nbytes, str(func.overloadpacket.__name__), tuple(t.shape), str(t.dtype).replace("torch.", "")
+            )
             if self.budget is not None and self.failing is None and self.current + nbytes > self.budget:
                 self.failing = alloc
                 self.allocated_at_failure = self.current
@@ -269,7 +326,9 @@ class AllocationTracker(TorchDispatchMode):
     def _record_peak(self) -> None:
         self.peak = self.current
         self.peak_live = [(k, e.nbytes, e.tag) for k, e in self.live.items()]
-        self.peak_grad_keys = {StorageWeakRef(p.grad.untyped_storage()).cdata for p in self.grads_of if p.grad is not None}
+        self.peak_grad_keys = {
+            StorageWeakRef(p.grad.untyped_storage()).cdata for p in self.grads_of if p.grad is not None
+        }
 
     def breakdown(self) -> dict[str, int]:
         out = dict.fromkeys(CATEGORIES, 0)
@@ -337,7 +396,9 @@ def load_model_source(path: str | Path) -> ModelSource:
         raise MemoryError_(f"{path}: no GPTConfig class in this file")
     params = list(inspect.signature(gpt.forward).parameters)
     if params[:3] != ["self", "idx", "targets"]:
-        raise MemoryError_(f"{path}: GPT.forward must take (idx, targets), like nanoGPT's; it takes {params[1:]}")
+        raise MemoryError_(
+            f"{path}: GPT.forward must take (idx, targets), like nanoGPT's; it takes {params[1:]}"
+        )
     return ModelSource(gpt, cfg, str(path))
 
 
@@ -373,7 +434,9 @@ def _fake_batch(batch: int, block: int, vocab: int):
     return torch.randint(0, vocab, (batch, block)), torch.randint(0, vocab, (batch, block))
 
 
-def _run_phase(model, config: TrainConfig, phase: str, tracker: AllocationTracker, state: str, ctx, batch_size: int):
+def _run_phase(
+    model, config: TrainConfig, phase: str, tracker: AllocationTracker, state: str, ctx, batch_size: int
+):
     """Set up nanoGPT's state before `phase` (registering it with the tracker), then run the phase tracked."""
     cfg_block = model.config.block_size if hasattr(model, "config") else config.block_size
     vocab = tracker.vocab_size
@@ -398,14 +461,16 @@ def _run_phase(model, config: TrainConfig, phase: str, tracker: AllocationTracke
         tracker.register([train_state.logits], "logits_and_loss")
 
     if phase == "train_step":
+
         def get_batch(split):
             return _fake_batch(batch_size, block, vocab)
 
         train_state.X, train_state.Y = get_batch("train")
         tracker.register([train_state.X, train_state.Y], "activations")
         with tracker:
-            _train_step_tracked(train_state, get_batch, min(config.gradient_accumulation_steps, 2), config.grad_clip,
-                                tracker)
+            _train_step_tracked(
+                train_state, get_batch, min(config.gradient_accumulation_steps, 2), config.grad_clip, tracker
+            )
     elif phase == "estimate_loss":
         eval_block = min(config.eval_block, block)
 
@@ -440,9 +505,18 @@ def _train_step_tracked(train_state, get_batch, gas, grad_clip, tracker):
         opt.step = original
 
 
-def predict(config: TrainConfig, phase: str, gpu_memory: int | None = None, *, batch_size: int | None = None,
-            source: ModelSource | None = None, state: str = "training", fake: bool = True,
-            context_bytes: int = CONTEXT_BYTES, seed: int = 0) -> PhaseResult:
+def predict(
+    config: TrainConfig,
+    phase: str,
+    gpu_memory: int | None = None,
+    *,
+    batch_size: int | None = None,
+    source: ModelSource | None = None,
+    state: str = "training",
+    fake: bool = True,
+    context_bytes: int = CONTEXT_BYTES,
+    seed: int = 0,
+) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
     `batch_size` defaults to the phase's batch (``batch_size``; ``estimate_loss`` evaluates batches
@@ -471,15 +545,21 @@ def predict(config: TrainConfig, phase: str, gpu_memory: int | None = None, *, b
     else:
         mode = nullcontext()
     with mode, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # GradScaler('cuda') on a CPU-only build warns that it disables itself
+        # GradScaler('cuda') on a CPU-only build warns that it disables itself
+        warnings.simplefilter("ignore")
         model = source.build(gpt_config)
         model.train()
         run_config = config if batch_size is None else config.replace(batch_size=batch)
         _run_phase(model, run_config, phase, tracker, state, ctx, batch)
     result = PhaseResult(
-        phase=phase, mode="predicted", batch_size=batch, peak_bytes=tracker.peak,
-        largest_allocation_bytes=tracker.largest.nbytes, largest_allocation=tracker.largest.describe(),
-        breakdown=tracker.breakdown(), budget_bytes=budget,
+        phase=phase,
+        mode="predicted",
+        batch_size=batch,
+        peak_bytes=tracker.peak,
+        largest_allocation_bytes=tracker.largest.nbytes,
+        largest_allocation=tracker.largest.describe(),
+        breakdown=tracker.breakdown(),
+        budget_bytes=budget,
     )
     if budget is not None:
         result.fits = tracker.failing is None
@@ -490,9 +570,17 @@ def predict(config: TrainConfig, phase: str, gpu_memory: int | None = None, *, b
     return result
 
 
-def max_batch_size(config: TrainConfig, phase: str, gpu_memory: int, *, source: ModelSource | None = None,
-                   limit: int = 4096, progress=None, known: dict[int, PhaseResult] | None = None,
-                   context_bytes: int = CONTEXT_BYTES) -> int:
+def max_batch_size(
+    config: TrainConfig,
+    phase: str,
+    gpu_memory: int,
+    *,
+    source: ModelSource | None = None,
+    limit: int = 4096,
+    progress=None,
+    known: dict[int, PhaseResult] | None = None,
+    context_bytes: int = CONTEXT_BYTES,
+) -> int:
     """The largest batch_size whose predicted `phase` fits `gpu_memory` (0 if not even 1 fits).
 
     The peak is close to linear in the batch size, so two predictions give a first guess, and a
@@ -504,7 +592,9 @@ def max_batch_size(config: TrainConfig, phase: str, gpu_memory: int, *, source: 
 
     def fits(b: int) -> bool:
         if b not in known:
-            known[b] = predict(config, phase, gpu_memory, batch_size=b, source=source, context_bytes=context_bytes)
+            known[b] = predict(
+                config, phase, gpu_memory, batch_size=b, source=source, context_bytes=context_bytes
+            )
             calls[0] += 1
             if progress:
                 progress(calls[0])
@@ -563,9 +653,17 @@ def limit_cuda_memory(gpu_memory: int, context_bytes: int = CONTEXT_BYTES) -> fl
     return fraction
 
 
-def measure(config: TrainConfig, phase: str, data_dir: str | Path, gpu_memory: int | None = None, *,
-            source: ModelSource | None = None, state: str = "training", iters: int = 1,
-            context_bytes: int = CONTEXT_BYTES) -> PhaseResult:
+def measure(
+    config: TrainConfig,
+    phase: str,
+    data_dir: str | Path,
+    gpu_memory: int | None = None,
+    *,
+    source: ModelSource | None = None,
+    state: str = "training",
+    iters: int = 1,
+    context_bytes: int = CONTEXT_BYTES,
+) -> PhaseResult:
     """Run `phase` for real on CUDA and report the allocator's peak. An OOM is a result (fits=False)."""
     if not cuda_available():
         raise RuntimeError("measure() needs a CUDA GPU; use predict() elsewhere")
@@ -592,8 +690,11 @@ def measure(config: TrainConfig, phase: str, data_dir: str | Path, gpu_memory: i
         torch.cuda.reset_peak_memory_stats()
         if phase == "train_step":
             for _ in range(iters):
-                loop.train_step(train_state, data.get_batch, config.gradient_accumulation_steps, config.grad_clip)
+                loop.train_step(
+                    train_state, data.get_batch, config.gradient_accumulation_steps, config.grad_clip
+                )
         else:
+
             def get_batch(split):
                 return data.get_batch(split, config.batch_size, config.eval_block)
 
@@ -609,9 +710,18 @@ def measure(config: TrainConfig, phase: str, data_dir: str | Path, gpu_memory: i
     del model, optimizer, train_state
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(1.0, 0)
-    return PhaseResult(phase=phase, mode="measured", batch_size=config.batch_size, peak_bytes=peak,
-                       largest_allocation_bytes=0, largest_allocation="(not measured)", budget_bytes=budget,
-                       fits=fits if budget is not None else None, failing_allocation=failing, reserved_bytes=reserved)
+    return PhaseResult(
+        phase=phase,
+        mode="measured",
+        batch_size=config.batch_size,
+        peak_bytes=peak,
+        largest_allocation_bytes=0,
+        largest_allocation="(not measured)",
+        budget_bytes=budget,
+        fits=fits if budget is not None else None,
+        failing_allocation=failing,
+        reserved_bytes=reserved,
+    )
 
 
 _UNITS = {"gib": GiB, "gb": 1000**3, "mib": MiB, "mb": 1000**2, "g": GiB, "m": MiB}
@@ -623,7 +733,9 @@ def parse_size(text: str) -> int:
 
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]+)\s*", str(text))
     if not match:
-        raise ValueError(f"cannot read size {text!r}: write a number and a unit, e.g. 11.69GiB, 12GB or 4096MiB")
+        raise ValueError(
+            f"cannot read size {text!r}: write a number and a unit, e.g. 11.69GiB, 12GB or 4096MiB"
+        )
     number, unit = float(match.group(1)), match.group(2).lower()
     if unit not in _UNITS:
         raise ValueError(f"unknown size unit {match.group(2)!r} in {text!r} (use GiB, GB, MiB or MB)")
@@ -641,4 +753,3 @@ def fmt_bytes(nbytes: float) -> str:
     if nbytes >= GiB:
         return f"{nbytes / GiB:.2f} GiB"
     return f"{nbytes / MiB:.2f} MiB"
-

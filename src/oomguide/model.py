@@ -172,7 +172,9 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None):
         b, t = idx.size()
         if t > self.config.block_size:
-            raise ValueError(f"cannot forward a sequence of length {t}: block_size is {self.config.block_size}")
+            raise ValueError(
+                f"cannot forward a sequence of length {t}: block_size is {self.config.block_size}"
+            )
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:

@@ -1,0 +1,264 @@
+"""The one place that decides how an example runs: on CUDA for real, or on the CPU path.
+
+- CUDA present: the phase runs for real on the GPU, its caching allocator capped to the
+  ``--gpu-memory`` card (default 11.69 GiB, a 12 GB card; FACTS 15), and the measured peak is reported.
+- No CUDA: the full-scale peak is predicted by running the same model code on fake tensors, and a
+  real scaled-down train step and estimate_loss run on the CPU for the numerics.
+
+The summary at the end of ``pytest examples`` says which of the two happened, per example.
+
+Figures: ``figure(key, value, unit)`` checks a value an example computed against
+``examples/figures.json``, which the pages print through ``{{ key }}`` placeholders. A different
+value fails the test; ``pytest examples --update-figures`` rewrites the store instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from oomguide import figures as figs
+from oomguide import loop, memory
+from oomguide.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SNIPPETS = ROOT / "snippets"
+_LINES: list[str] = []
+_CHECKED: dict[str, set[str]] = {}
+_UPDATES: dict[str, dict[str, dict]] = {}
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("oomguide")
+    group.addoption(
+        "--gpu-memory",
+        default="11.69GiB",
+        metavar="SIZE",
+        help="the card to emulate: total memory as PyTorch reports it (default 11.69GiB, a 12 GB card)",
+    )
+    group.addoption(
+        "--update-figures",
+        action="store_true",
+        help="write the figures the examples compute into examples/figures.json instead of checking them",
+    )
+
+
+def pytest_report_header(config):
+    budget = config.getoption("--gpu-memory")
+    if memory.cuda_available():
+        return f"oomguide examples: CUDA on {memory.cuda_device_name()}, allocator capped to a {budget} card"
+    return (
+        f"oomguide examples: CPU path (no CUDA): full-scale peaks predicted on fake tensors for a {budget} card, "
+        "plus real scaled-down runs"
+    )
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _LINES:
+        terminalreporter.section("oomguide: how each example ran")
+        for line in _LINES:
+            terminalreporter.write_line(line)
+    if _UPDATES:
+        store = figs.load()
+        for page, entries in _UPDATES.items():
+            store.setdefault(page, {}).update(entries)
+        figs.save(store)
+        terminalreporter.write_line(
+            f"oomguide: wrote {sum(map(len, _UPDATES.values()))} figures to {figs.STORE}"
+        )
+
+
+def page_of(module_name: str) -> str:
+    """examples/test_estimate_loss_oom.py -> the page 'estimate-loss-oom'."""
+    return module_name.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+
+
+@pytest.fixture
+def figure(request):
+    """figure(key, value, unit, rel=0.0): the page's figure `key` must be `value` (within `rel`)."""
+    page = page_of(request.module.__name__)
+    update = request.config.getoption("--update-figures")
+
+    def check(key: str, value, unit: str, rel: float = 0.0, decimals: int | None = None):
+        if unit not in figs.UNITS:
+            raise ValueError(f"unknown unit {unit!r}")
+        value = float(value) if isinstance(value, float) else int(value)
+        _CHECKED.setdefault(page, set()).add(key)
+        entry = {"value": value, "unit": unit}
+        if decimals is not None:
+            entry["decimals"] = decimals
+        if rel:
+            entry["rel"] = rel
+        if update:
+            _UPDATES.setdefault(page, {})[key] = entry
+            return value
+        stored = figs.load().get(page, {}).get(key)
+        assert stored is not None, (
+            f"figure {page}.{key} = {value} is not in {figs.STORE.name}: run pytest examples --update-figures"
+        )
+        assert stored["unit"] == unit, f"figure {page}.{key}: unit {unit} but the store says {stored['unit']}"
+        tolerance = stored.get("rel", 0.0)
+        if tolerance:
+            ok = math.isclose(value, stored["value"], rel_tol=tolerance)
+        else:
+            ok = value == stored["value"]
+        # the pages print the formatted value: it must read the same in every language
+        assert ok, (
+            f"figure {page}.{key}: the code computes {value} ({figs.format_figure(value, unit, 'en')}), "
+            f"the pages print {stored['value']} ({figs.format_figure(stored['value'], unit, 'en')}); "
+            "run pytest examples --update-figures"
+        )
+        return value
+
+    return check
+
+
+def snippet_path(relative: str) -> Path:
+    path = SNIPPETS / relative
+    assert path.is_file(), f"snippet {relative} is missing"
+    return path
+
+
+def import_snippet(relative: str):
+    """Import a snippet module (a code change to nanoGPT) by its path under snippets/."""
+    path = snippet_path(relative)
+    name = "snippet_" + re.sub(r"\W", "_", relative.removesuffix(".py"))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def snippet_config(*relatives: str, overrides=(), **changes):
+    """A nanoGPT config made of snippet files applied in order (like config files), then overrides."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_config([snippet_path(r) for r in relatives], list(overrides), **changes)
+
+
+# a model small enough to train for real on two CPU cores, same code paths
+SCALED_DOWN = dict(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=512)
+
+
+@dataclass
+class Runner:
+    """Runs a phase for an example: measured on CUDA, or predicted + scaled down on the CPU path."""
+
+    gpu_memory: int
+    budget_text: str
+    tmp: Path
+    cuda: bool = field(default_factory=memory.cuda_available)
+
+    @property
+    def mode(self) -> str:
+        return "cuda" if self.cuda else "cpu"
+
+    def data_dir(self, vocab_size: int) -> Path:
+        path = self.tmp / f"data-{vocab_size}"
+        if not (path / "val.bin").exists():
+            loop.write_dataset(path, vocab_size)
+        return path
+
+    def phase(self, config, phase: str, state: str = "training", label: str = "") -> memory.PhaseResult:
+        """The peak of `phase` for `config` on this machine's path, logged in the summary."""
+        if self.cuda:
+            result = memory.measure(
+                config, phase, self.data_dir(config.gpt_config().vocab_size), self.gpu_memory, state=state
+            )
+            how = f"CUDA run on {memory.cuda_device_name()} under {self.budget_text}: measured peak"
+        else:
+            result = memory.predict(config, phase, self.gpu_memory, state=state)
+            how = f"CPU path: predicted full-scale peak for a {self.budget_text} card"
+        verdict = "fits" if result.fits else "does not fit"
+        _LINES.append(
+            f"{label or phase}: {how} {memory.fmt_bytes(result.peak_bytes)} ({phase}, "
+            f"batch_size={config.batch_size}) -> {verdict}"
+        )
+        return result
+
+    def scaled_down(self, config, steps: int = 2, label: str = "") -> dict:
+        """A real train step and estimate_loss with `config`'s settings on a small model (CPU path).
+
+        On CUDA the full-scale phase is the real run, so this runs the small model on the GPU too.
+        """
+        import torch
+
+        small = config.replace(
+            **{k: v for k, v in SCALED_DOWN.items()},
+            batch_size=min(config.batch_size, 8),
+            gradient_accumulation_steps=min(config.gradient_accumulation_steps, 4),
+            init_from="scratch",
+            eval_block_size=None,
+            learning_rate=1e-3,
+        )
+        device = "cuda" if self.cuda else "cpu"
+        torch.manual_seed(0)
+        model = memory.ModelSource().build(small.gpt_config()).to(device)
+        data = loop.BinData(self.data_dir(small.vocab_size), small.batch_size, small.block_size, device)
+        ctx = loop.autocast_context(device, small.dtype)
+        state = loop.TrainState(
+            model, loop.make_optimizer(model, small, device), loop.make_scaler(small.dtype, device), ctx
+        )
+        losses = [
+            loop.loss_value(
+                loop.train_step(state, data.get_batch, small.gradient_accumulation_steps, small.grad_clip)
+            )
+            * small.gradient_accumulation_steps
+            for _ in range(steps)
+        ]
+        if small.eval_batch_size:
+            evals = loop.estimate_loss_batched(model, data.get_batch, 2, ctx, small.eval_batch_size)
+        else:
+            evals = loop.estimate_loss(model, data.get_batch, 2, ctx)
+        assert all(math.isfinite(v) for v in [*losses, *evals.values()]), (losses, evals)
+        _LINES.append(
+            f"{label or 'scaled-down run'}: real {device} train step + estimate_loss on a "
+            f"{small.n_layer}-layer model: train loss {losses[-1]:.3f}, val loss {evals['val']:.3f}"
+        )
+        return {"train_losses": losses, **evals}
+
+
+@pytest.fixture(scope="session")
+def runner(request, tmp_path_factory) -> Runner:
+    text = request.config.getoption("--gpu-memory")
+    return Runner(memory.parse_size(text), text, tmp_path_factory.mktemp("oomguide"))
+
+
+@pytest.fixture
+def snippet():
+    """snippet.path(rel), snippet.module(rel) (import a code change), snippet.config(*rels, overrides=...)."""
+    return SimpleNamespace(path=snippet_path, module=import_snippet, config=snippet_config)
+
+
+@pytest.fixture
+def report():
+    """report(line): add a line to the summary that ``pytest examples`` prints at the end."""
+    return _LINES.append
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """When the whole examples suite ran, every figure the pages print must have been computed."""
+    opts = session.config.option
+    if exitstatus != 0 or opts.keyword or opts.markexpr or session.config.getoption("--update-figures"):
+        return
+    ran_all = all(Path(a).resolve() in (ROOT, ROOT / "examples") for a in session.config.args)
+    if not ran_all or not any(Path(str(i.fspath)).parent == ROOT / "examples" for i in session.items):
+        return
+    unchecked = sorted(
+        f"{page}.{key}"
+        for page, entries in figs.load().items()
+        for key in entries
+        if key not in _CHECKED.get(page, set())
+    )
+    if unchecked:
+        session.exitstatus = 1
+        print(f"\noomguide: figures in {figs.STORE.name} that no example computed: {', '.join(unchecked)}")
