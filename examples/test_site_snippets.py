@@ -1,0 +1,182 @@
+"""The shell snippets of the home page and of "Verify on your hardware" are real commands.
+
+- snippets/index/explain.sh, snippets/index/check.sh: every line runs, as written, in a
+  nanoGPT checkout (its config/train_gpt2.py) with an OOM message like nanoGPT issue #88's.
+- snippets/verify/run-examples.sh, snippets/verify/run-examples-budget.sh: they parse, the extra
+  they install exists, and every pytest option they pass is one that `pytest examples` knows
+  (running them here would run this suite inside itself).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from importlib.metadata import metadata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = str(Path(sys.executable).parent)
+
+SHELL_SNIPPETS = [
+    "index/explain.sh",
+    "index/check.sh",
+    "verify/run-examples.sh",
+    "verify/run-examples-budget.sh",
+]
+
+# The documented command lines (README, index page); a snippet may use no other flag.
+DOCUMENTED = {
+    "check": {"--set", "--model", "--gpu-memory", "--json"},
+    "explain": {"--config", "--set", "--lang", "--json"},
+}
+
+# nanoGPT's config/train_gpt2.py, as the reader has it in their checkout.
+TRAIN_GPT2 = """\
+# config for training GPT-2 (124M) down to very nice loss of ~2.85 on 1 node of 8X A100 40GB
+# launch as the following (e.g. in a screen session) and wait ~5 days:
+# $ torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2.py
+
+wandb_log = True
+wandb_project = 'owt'
+wandb_run_name='gpt2-124M'
+
+# these make the total batch size be ~0.5M
+# 12 batch size * 1024 block size * 5 gradaccum * 8 GPUs = 491,520
+batch_size = 12
+block_size = 1024
+gradient_accumulation_steps = 5 * 8
+
+# this makes total number of tokens be 300B
+max_iters = 600000
+lr_decay_iters = 600000
+
+# eval stuff
+eval_interval = 1000
+eval_iters = 200
+log_interval = 10
+
+# weight decay
+weight_decay = 1e-1
+"""
+
+# Shaped like nanoGPT issue #88 (FACTS 18), --batch_size=32 on a 16 GB card: 6.14 GiB is a float32
+# (B*T, V) buffer, 32*1024*50304*4 bytes; the other sizes are made up but consistent.
+OOM_MESSAGE = """\
+Traceback (most recent call last):
+  File "/home/user/nanoGPT/train.py", line 264, in <module>
+    losses = estimate_loss()
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.14 GiB. GPU 0 has a total capacity of 15.77 GiB of which 2.31 GiB is free. Including non-PyTorch memory, this process has 13.45 GiB memory in use. Of the allocated memory 12.96 GiB is allocated by PyTorch, and 120.00 MiB is reserved by PyTorch but unallocated.
+"""
+
+
+def commands(path: Path) -> list[list[list[str]]]:
+    """The command lines of a shell snippet: each line, split into its pipeline's commands."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            out.append([shlex.split(part) for part in line.split("|")])
+    return out
+
+
+def flags(argv: list[str]) -> set[str]:
+    return {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+
+
+def oomguide_help(sub: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "oomguide", sub, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, f"oomguide {sub} --help failed:\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.mark.parametrize("relative", SHELL_SNIPPETS)
+def test_shell_snippet_parses(snippet, relative):
+    proc = subprocess.run(["bash", "-n", str(snippet.path(relative))], capture_output=True, text=True)
+    assert proc.returncode == 0, f"snippets/{relative}: bash -n: {proc.stderr}"
+
+
+@pytest.mark.parametrize("relative", ["index/explain.sh", "index/check.sh"])
+def test_oomguide_flags_exist(snippet, relative):
+    used = [cmd for line in commands(snippet.path(relative)) for cmd in line if cmd[:1] == ["oomguide"]]
+    assert used, f"snippets/{relative} runs no oomguide command"
+    for cmd in used:
+        sub = cmd[1]
+        assert sub in DOCUMENTED, f"snippets/{relative}: unknown subcommand {sub!r}"
+        assert flags(cmd) <= DOCUMENTED[sub], (
+            f"snippets/{relative}: undocumented flags {flags(cmd) - DOCUMENTED[sub]}"
+        )
+        text = oomguide_help(sub)
+        for flag in flags(cmd):
+            assert flag in text, f"snippets/{relative}: `oomguide {sub} --help` has no {flag}"
+        for flag in DOCUMENTED[sub]:
+            assert flag in text, f"`oomguide {sub}` lacks the documented flag {flag}"
+
+
+@pytest.fixture
+def nanogpt_checkout(tmp_path) -> Path:
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "train_gpt2.py").write_text(TRAIN_GPT2, encoding="utf-8")
+    (tmp_path / "oom.txt").write_text(OOM_MESSAGE, encoding="utf-8")
+    (tmp_path / "train.log").write_text("iter 0: loss 10.9876\n" + OOM_MESSAGE, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize("relative", ["index/explain.sh", "index/check.sh"])
+def test_oomguide_lines_run(snippet, relative, nanogpt_checkout):
+    """Each line of the snippet runs in a nanoGPT checkout and gives an answer (0: fits, 1: does not)."""
+    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    for line in snippet.path(relative).read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        proc = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", line],
+            cwd=nanogpt_checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode in (0, 1) and proc.stdout.strip(), (
+            f"snippets/{relative}: `{line}` exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
+
+
+def test_run_examples_installs_a_real_extra(snippet):
+    extras = metadata("oomguide").get_all("Provides-Extra") or []
+    pip = [
+        cmd
+        for line in commands(snippet.path("verify/run-examples.sh"))
+        for cmd in line
+        if cmd[:2] == ["pip", "install"]
+    ]
+    assert pip, "snippets/verify/run-examples.sh installs nothing"
+    for cmd in pip:
+        target = cmd[-1]
+        assert target.startswith(".["), (
+            f"snippets/verify/run-examples.sh: installs {target!r}, not this project"
+        )
+        extra = target[2:-1]
+        assert extra in extras, f"snippets/verify/run-examples.sh: oomguide has no extra {extra!r} ({extras})"
+
+
+@pytest.mark.parametrize("relative", ["verify/run-examples.sh", "verify/run-examples-budget.sh"])
+def test_pytest_options_exist(snippet, relative):
+    runs = [cmd for line in commands(snippet.path(relative)) for cmd in line if cmd[:1] == ["pytest"]]
+    assert runs, f"snippets/{relative} runs no pytest"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "examples", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for cmd in runs:
+        assert cmd[1:2] == ["examples"], f"snippets/{relative}: `{' '.join(cmd)}` does not run examples/"
+        for flag in flags(cmd):
+            assert flag in proc.stdout, f"snippets/{relative}: `pytest examples --help` has no {flag}"

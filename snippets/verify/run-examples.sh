@@ -1,0 +1,3 @@
+# in a checkout of the oomguide repository
+pip install -e '.[test]'
+pytest examples
