@@ -23,11 +23,12 @@ Measurement (CUDA only): ``measure`` runs the same phase on the GPU, capped to a
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import sys
 import warnings
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -205,6 +206,31 @@ class CudaAutocast(TorchFunctionMode):
         # and nll_loss, on the float32 list, casts the log-probabilities to a float32 copy.
         logprobs = torch.log_softmax(input, 1, dtype=input.dtype)
         return F.nll_loss(logprobs.float(), target, weight, size_average, ignore_index, reduce, reduction)
+
+
+@contextmanager
+def _recompute_under(ctx):
+    """Recompute oomguide.model's checkpointed Blocks (grad_checkpoint) under `ctx` in backward.
+
+    torch.utils.checkpoint re-enters torch.autocast for the recomputation, but not a TorchFunctionMode
+    such as CudaAutocast: without this, the recomputed tensors come out float32 and checkpoint fails.
+    """
+    from . import model as model_module
+
+    original = model_module.checkpoint
+    original_torch = torch.utils.checkpoint.checkpoint  # code that calls torch.utils.checkpoint.checkpoint
+    if isinstance(ctx, CudaAutocast):
+        model_module.checkpoint = functools.partial(
+            original, context_fn=lambda: (nullcontext(), CudaAutocast(ctx.dtype))
+        )
+        torch.utils.checkpoint.checkpoint = functools.partial(
+            original_torch, context_fn=lambda: (nullcontext(), CudaAutocast(ctx.dtype))
+        )
+    try:
+        yield
+    finally:
+        model_module.checkpoint = original
+        torch.utils.checkpoint.checkpoint = original_torch
 
 
 def cuda_autocast_context(dtype: str):
@@ -435,7 +461,15 @@ def _fake_batch(batch: int, block: int, vocab: int):
 
 
 def _run_phase(
-    model, config: TrainConfig, phase: str, tracker: AllocationTracker, state: str, ctx, batch_size: int
+    model,
+    config: TrainConfig,
+    phase: str,
+    tracker: AllocationTracker,
+    state: str,
+    ctx,
+    batch_size: int,
+    eval_iters: int = 1,
+    stale_logits: bool = True,
 ):
     """Set up nanoGPT's state before `phase` (registering it with the tracker), then run the phase tracked."""
     cfg_block = model.config.block_size if hasattr(model, "config") else config.block_size
@@ -455,7 +489,7 @@ def _run_phase(
         optimizer.zero_grad(set_to_none=True)
         tracker.register([t for s in optimizer.state.values() for t in s.values()], "optimizer_state")
     train_state = loop.TrainState(model, optimizer, loop.make_scaler(config.dtype, "cpu"), ctx)
-    if state == "training":
+    if state == "training" and stale_logits:
         # FACTS 11: the last micro-step's logits are still referenced
         train_state.logits = torch.empty(config.batch_size, block, vocab, dtype=stale_dtype)
         tracker.register([train_state.logits], "logits_and_loss")
@@ -479,9 +513,9 @@ def _run_phase(
 
         with tracker:
             if config.eval_batch_size and config.eval_batch_size < batch_size:
-                loop.estimate_loss_batched(model, get_batch, 1, ctx, config.eval_batch_size)
+                loop.estimate_loss_batched(model, get_batch, eval_iters, ctx, config.eval_batch_size)
             else:
-                loop.estimate_loss(model, get_batch, 1, ctx)
+                loop.estimate_loss(model, get_batch, eval_iters, ctx)
     else:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
 
@@ -516,6 +550,8 @@ def predict(
     fake: bool = True,
     context_bytes: int = CONTEXT_BYTES,
     seed: int = 0,
+    eval_iters: int = 1,
+    stale_logits: bool = True,
 ) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
@@ -523,7 +559,11 @@ def predict(
     of the training batch_size, chunked by ``eval_batch_size`` if set). `state`: "training" (an
     evaluation or step during training: AdamW state and the last logits alive) or "first" (the first
     ``estimate_loss`` at iteration 0: only the weights). ``fake=False`` runs the same on real CPU
-    tensors (slow at full scale; used to check the prediction).
+    tensors (slow at full scale; used to check the prediction). `eval_iters`: batches per split in
+    ``estimate_loss``; one is enough for its peak, since the val split's first forward already runs
+    with the train split's last logits alive (the loop variable), as every later batch does.
+    `stale_logits=False` (state "training"): no (B, T, V) logits left over from the last training
+    micro-step (FACTS 11), as after train.py drops them, or with a model that returns no such logits.
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
@@ -550,7 +590,8 @@ def predict(
         model = source.build(gpt_config)
         model.train()
         run_config = config if batch_size is None else config.replace(batch_size=batch)
-        _run_phase(model, run_config, phase, tracker, state, ctx, batch)
+        with _recompute_under(ctx):
+            _run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
     result = PhaseResult(
         phase=phase,
         mode="predicted",
@@ -663,8 +704,12 @@ def measure(
     state: str = "training",
     iters: int = 1,
     context_bytes: int = CONTEXT_BYTES,
+    stale_logits: bool = True,
 ) -> PhaseResult:
-    """Run `phase` for real on CUDA and report the allocator's peak. An OOM is a result (fits=False)."""
+    """Run `phase` for real on CUDA and report the allocator's peak. An OOM is a result (fits=False).
+
+    `stale_logits=False`: drop the warm-up step's last logits before the phase (as predict's option).
+    """
     if not cuda_available():
         raise RuntimeError("measure() needs a CUDA GPU; use predict() elsewhere")
     source = source or ModelSource()
@@ -687,6 +732,8 @@ def measure(
         if state == "training":
             # one real step first: AdamW's state and the last logits exist, as during training
             loop.train_step(train_state, data.get_batch, 1, config.grad_clip)
+            if not stale_logits:
+                train_state.logits = None
         torch.cuda.reset_peak_memory_stats()
         if phase == "train_step":
             for _ in range(iters):
@@ -722,6 +769,37 @@ def measure(
         failing_allocation=failing,
         reserved_bytes=reserved,
     )
+
+
+def empty_cache_effect(live_bytes: int = 256 * MiB, freed_bytes: int = 512 * MiB) -> dict[str, int]:
+    """What ``torch.cuda.empty_cache()`` gives back (FACTS 13), on the GPU: keep `live_bytes` in a tensor,
+    free `freed_bytes`, and read allocated/reserved before and after ``empty_cache()``."""
+    if not cuda_available():
+        raise RuntimeError("empty_cache_effect() needs a CUDA GPU")
+    torch.cuda.empty_cache()
+    live = torch.empty(live_bytes, dtype=torch.uint8, device="cuda")
+    freed = torch.empty(freed_bytes, dtype=torch.uint8, device="cuda")
+    del freed
+    before = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+    torch.cuda.empty_cache()
+    after = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+    out = {f"{k}_before": v for k, v in before.items()} | {f"{k}_after": v for k, v in after.items()}
+    out["live_bytes"] = live.numel()
+    del live
+    torch.cuda.empty_cache()
+    return out
+
+
+def expandable_segments_in_use() -> bool | None:
+    """Whether the caching allocator made its segments expandable (CUDA only): allocate, then read the
+    memory snapshot's ``is_expandable`` flags. None when this PyTorch's snapshot has no such flag."""
+    if not cuda_available():
+        raise RuntimeError("expandable_segments_in_use() needs a CUDA GPU")
+    probe = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+    segments = torch.cuda.memory_snapshot()
+    del probe
+    flags = [seg["is_expandable"] for seg in segments if "is_expandable" in seg]
+    return any(flags) if flags else None
 
 
 _UNITS = {"gib": GiB, "gb": 1000**3, "mib": MiB, "mb": 1000**2, "g": GiB, "m": MiB}

@@ -1,0 +1,343 @@
+"""Page estimate-loss-oom: CUDA out of memory at the first estimate_loss() (GPT-2 124M, batch 64, 12 GB).
+
+Each test runs one snippet of the page on the real GPT and computes the figures the page prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+import torch
+
+from oomguide import loop, memory
+from oomguide.model import GPT, GPTConfig
+
+SITUATION = "estimate-loss-oom/situation.py"
+GiB = memory.GiB
+
+# The figures of the OOM message the article analyses (its own numbers; PyTorch's 2.1+ format).
+REPORT = {
+    "requested": "6.14GiB",
+    "capacity": "11.69GiB",
+    "free": "2.68GiB",
+    "in_use": "7.04GiB",
+    "allocated": "6.78GiB",
+    "reserved_unallocated": "224.90MiB",
+}
+
+
+def report_bytes(key: str) -> int:
+    return memory.parse_size(REPORT[key])
+
+
+def n_params(config) -> int:
+    with torch.device("meta"):
+        return GPT(config.gpt_config()).get_num_params(non_embedding=False)
+
+
+def test_situation_reproduces_the_error(snippet, figure, report):
+    """The article's run: the first estimate_loss() asks for the (65536, 50304) bf16 logits buffer."""
+    config = snippet.config(SITUATION)
+    tokens = config.batch_size * config.block_size
+    logits = tokens * config.vocab_size * 2
+    figure("tokens_per_iter_before", tokens, "int")
+    figure("vocab_size", config.vocab_size, "int")
+    figure("logits_bytes_before", logits, "gib")
+    result = memory.predict(config, "estimate_loss", memory.DEFAULT_GPU_MEMORY, state="first")
+    assert result.fits is False
+    assert result.failing_allocation_bytes == logits
+    # PyTorch prints the request with two decimals: the same text as the article's message
+    assert f"{result.failing_allocation_bytes / GiB:.2f}GiB" == REPORT["requested"]
+    figure("first_eval_failing_bytes", result.failing_allocation_bytes, "gib")
+    figure("first_eval_allocated_at_failure", result.allocated_at_failure_bytes, "gib")
+    figure("first_eval_peak_before", result.peak_bytes, "gib")
+    figure("usable_bytes", memory.usable_bytes(memory.DEFAULT_GPU_MEMORY), "gib")
+    figure("gpu_memory", memory.DEFAULT_GPU_MEMORY, "gib")
+    figure("context_bytes", memory.CONTEXT_BYTES, "mib")
+    # the prediction's "already allocated" is within 5% of what the report says PyTorch had allocated
+    assert abs(result.allocated_at_failure_bytes - report_bytes("allocated")) < 0.05 * report_bytes(
+        "allocated"
+    )
+    figure("report_allocated", report_bytes("allocated"), "gib")
+    report(
+        f"situation: first estimate_loss predicted to fail at 'Tried to allocate "
+        f"{memory.fmt_bytes(result.failing_allocation_bytes)}' with "
+        f"{memory.fmt_bytes(result.allocated_at_failure_bytes)} allocated (report: {REPORT['allocated']})"
+    )
+
+
+def test_memory_arithmetic(snippet, figure):
+    """Weights, AdamW state, and the loss on CUDA: about four times the bf16 logits (FACTS 12)."""
+    config = snippet.config(SITUATION)
+    params = n_params(config)
+    figure("params_total", params, "int")
+    figure("weights_fp32_bytes", params * 4, "mib")
+    figure("weights_bf16_bytes", params * 2, "mib")  # what the article counted (about 248 MB)
+    figure("adamw_bytes", params * 8, "mib")
+    # the first estimate_loss runs before the first optimizer step: only the weights are there
+    first = memory.predict(config.replace(batch_size=1), "estimate_loss", state="first")
+    assert first.breakdown["optimizer_state"] == 0 and first.breakdown["gradients"] == 0
+    # one forward with targets on CUDA: bf16 logits + bf16 log-probabilities + a float32 copy
+    one = memory.predict(config.replace(n_layer=1), "estimate_loss", state="first", eval_iters=1)
+    logits = config.batch_size * config.block_size * config.vocab_size * 2
+    # the val forward also runs with the train batch's logits still referenced: 5x; the loss itself 4x
+    assert one.breakdown["logits_and_loss"] == 5 * logits
+    figure("loss_factor", 4, "ratio", decimals=0)
+    figure("loss_bytes_before", 4 * logits, "gib")
+    figure("eval_logits_total_before", 5 * logits, "gib")
+    # on a CPU run, autocast puts cross_entropy itself on the float32 list: a different path
+    report_other = report_bytes("capacity") - report_bytes("free") - report_bytes("in_use")
+    figure("report_other_processes", report_other, "gib")
+    figure("report_reserved_unallocated", report_bytes("reserved_unallocated"), "mib")
+    figure("report_free", report_bytes("free"), "gib")
+
+
+def _accumulated_grads(model, X, Y, micro_batch, steps):
+    model.zero_grad(set_to_none=True)
+    for i in range(steps):
+        sl = slice(i * micro_batch, (i + 1) * micro_batch)
+        (model(X[sl], Y[sl])[1] / steps).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_fix_batch_size(snippet, figure, runner, report):
+    """Fix 1: batch_size=4 with gradient_accumulation_steps=16: same tokens per step, same gradients."""
+    before = snippet.config(SITUATION)
+    config = snippet.config(SITUATION, "estimate-loss-oom/batch-size.py")
+    assert config.tokens_per_iter == before.tokens_per_iter
+    figure("tokens_per_step", config.tokens_per_iter, "int")
+    figure("logits_bytes_fix", config.batch_size * config.block_size * config.vocab_size * 2, "gib")
+    for phase in memory.PHASES:
+        result = runner.phase(config, phase, label=f"fix batch_size=4 ({phase})")
+        assert result.fits
+        predicted = memory.predict(config, phase, memory.DEFAULT_GPU_MEMORY)
+        figure(f"fix_batch_peak_{phase}", predicted.peak_bytes, "gib")
+    # the gradients of 16 micro-batches of 4 equal those of one batch of 64 (float64, small model)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=128)).double()
+    n = config.batch_size * config.gradient_accumulation_steps
+    X, Y = torch.randint(0, 128, (n, 16)), torch.randint(0, 128, (n, 16))
+    big = _accumulated_grads(model, X, Y, n, 1)
+    small = _accumulated_grads(model, X, Y, config.batch_size, config.gradient_accumulation_steps)
+    worst = max(((a - b).norm() / a.norm()).item() for a, b in zip(big, small))
+    assert worst < 1e-10
+    report(
+        f"fix batch_size: gradients of {config.gradient_accumulation_steps}x{config.batch_size} vs 1x{n}: "
+        f"max relative difference {worst:.1e}"
+    )
+
+
+def test_fix_no_compile(snippet):
+    """Fix 2: compile=False runs the same model eagerly, with the same loss as a compiled graph."""
+    config = snippet.config(SITUATION, "estimate-loss-oom/no-compile.py")
+    assert config.compile is False
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=128))
+    X, Y = torch.randint(0, 128, (4, 16)), torch.randint(0, 128, (4, 16))
+    eager = model(X, Y)[1]
+    compiled = torch.compile(model, backend="aot_eager")(X, Y)[1]  # the graph torch.compile traces
+    torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
+    # the predictor runs the model eagerly: its figures are the compile=False figures
+    a = memory.predict(config.replace(batch_size=4), "estimate_loss")
+    b = memory.predict(config.replace(batch_size=4, compile=True), "estimate_loss")
+    assert a.peak_bytes == b.peak_bytes
+
+
+def test_fix_block_size(snippet, figure, report):
+    """Fix 3: block_size=512 halves the tokens per iteration and the logits buffer."""
+    before = snippet.config(SITUATION)
+    config = snippet.config(SITUATION, "estimate-loss-oom/block-size.py")
+    tokens = config.batch_size * config.block_size
+    assert 2 * tokens == before.batch_size * before.block_size
+    figure("tokens_per_iter_block", tokens, "int")
+    figure("logits_bytes_block", tokens * config.vocab_size * 2, "gib")
+    result = memory.predict(config, "estimate_loss", memory.DEFAULT_GPU_MEMORY, state="first")
+    figure("block_first_eval_peak", result.peak_bytes, "gib")
+    # alone, it is not enough at batch 64
+    assert result.fits is False
+    report(
+        f"fix block_size=512: first estimate_loss still predicted at {memory.fmt_bytes(result.peak_bytes)}"
+    )
+
+
+def _export_value(path) -> tuple[str, str]:
+    match = re.search(r"^export (\w+)=(\S+)$", path.read_text(), re.M)
+    assert match, f"{path} has no export line"
+    return match.group(1), match.group(2)
+
+
+def test_fix_expandable_segments(snippet, runner, report):
+    """Fix 4: the setting is read before CUDA is initialised; on CUDA the allocator uses it."""
+    path = snippet.path("estimate-loss-oom/expandable-segments.sh")
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    name, value = _export_value(path)
+    assert (name, value) == ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    probe = (
+        "import os, torch\n"
+        "assert not torch.cuda.is_initialized()\n"
+        f"print(os.environ[{name!r}])\n"
+        "if torch.cuda.is_available():\n"
+        "    from oomguide.memory import expandable_segments_in_use\n"
+        "    print('expandable', expandable_segments_in_use())\n"
+    )
+    env = dict(os.environ, **{name: value})
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.splitlines()[0] == value
+    if runner.cuda:
+        assert "expandable True" in out, out
+        report("fix expandable_segments: CUDA allocator reports expandable segments")
+    else:
+        report("fix expandable_segments: setting read before CUDA init (allocator effect needs a GPU run)")
+
+
+def test_fix_empty_cache(snippet, figure, runner, report):
+    """Fix 5: empty_cache() gives back reserved-but-unused blocks, never live tensors (FACTS 13)."""
+    module = snippet.module("estimate-loss-oom/empty-cache.py")
+    # at the failure, the most empty_cache() could have returned is the reserved-but-unallocated memory
+    ratio = report_bytes("reserved_unallocated") / report_bytes("requested")
+    figure("empty_cache_share", ratio, "percent", decimals=1)
+    assert ratio < 0.05
+    if runner.cuda:
+        effect = memory.empty_cache_effect()
+        assert effect["reserved_after"] < effect["reserved_before"]
+        assert effect["allocated_after"] == effect["allocated_before"] >= effect["live_bytes"]
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            module.empty_cache_and_report()
+        assert "after empty_cache()" in buf.getvalue()
+        report(
+            f"fix empty_cache: reserved {effect['reserved_before']} -> {effect['reserved_after']} bytes, "
+            f"allocated unchanged at {effect['allocated_after']}"
+        )
+    else:
+        assert callable(module.empty_cache_and_report)
+        report(
+            "fix empty_cache: at most the report's reserved-but-unallocated memory comes back "
+            "(the allocator demonstration needs a GPU run)"
+        )
+
+
+def test_fix_eval_settings(snippet, figure, report):
+    """Fix 6: eval_interval/eval_iters change evaluation time, not the peak (FACTS 2)."""
+    before = snippet.config(SITUATION, "estimate-loss-oom/batch-size.py")
+    config = snippet.config(
+        SITUATION, "estimate-loss-oom/batch-size.py", "estimate-loss-oom/eval-settings.py"
+    )
+    peaks = {n: memory.predict(config, "estimate_loss", eval_iters=n).peak_bytes for n in (1, 3)}
+    assert peaks[1] == peaks[3]
+    figure("eval_forwards_per_iter_before", 2 * before.eval_iters / before.eval_interval, "float")
+    figure("eval_forwards_per_iter_after", 2 * config.eval_iters / config.eval_interval, "float")
+    # time is proportional to eval_iters: a real small model on the CPU
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=512))
+    batches = {s: (torch.randint(0, 512, (4, 64)), torch.randint(0, 512, (4, 64))) for s in ("train", "val")}
+
+    def timed(iters):
+        runs = []
+        for _ in range(3):
+            start = time.perf_counter()
+            loop.estimate_loss(
+                model, lambda split: batches[split], iters, loop.autocast_context("cpu", "float32")
+            )
+            runs.append(time.perf_counter() - start)
+        return statistics.median(runs)
+
+    ratio = timed(config.eval_iters) / timed(before.eval_iters)
+    figure("eval_time_ratio", ratio, "ratio", rel=0.5)
+    report(
+        f"fix eval settings: estimate_loss time ratio {config.eval_iters}/{before.eval_iters} iters = {ratio:.2f}"
+    )
+
+
+def test_fix_float16_and_gradscaler(snippet, figure):
+    """Fix 7: float16 takes the same memory as bfloat16; the scaler line raises no FutureWarning."""
+    base = snippet.config(SITUATION, "estimate-loss-oom/batch-size.py")
+    config = snippet.config(SITUATION, "estimate-loss-oom/batch-size.py", "estimate-loss-oom/float16.py")
+    assert config.dtype == "float16"
+    for phase in memory.PHASES:
+        assert memory.predict(config, phase).peak_bytes == memory.predict(base, phase).peak_bytes
+    line = snippet.path("estimate-loss-oom/gradscaler.py").read_text()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        namespace = {"torch": torch, "dtype": config.dtype}
+        exec(compile(line, "gradscaler.py", "exec"), namespace)
+    assert isinstance(namespace["scaler"], torch.amp.GradScaler)
+    assert not [w for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]
+    # train.py's old spelling does warn
+    with pytest.warns(FutureWarning):
+        torch.cuda.amp.GradScaler(enabled=False)
+
+
+def test_fix_cpu_fallback(snippet, figure, report):
+    """Fix 8: device='cpu', compile=False: a real train step and estimate_loss on the CPU."""
+    config = snippet.config(SITUATION, "estimate-loss-oom/expected.py", "estimate-loss-oom/cpu-fallback.py")
+    assert (config.device, config.compile) == ("cpu", False)
+    small = config.replace(
+        n_layer=4,
+        n_head=4,
+        n_embd=256,
+        block_size=256,
+        vocab_size=1024,
+        gradient_accumulation_steps=2,
+        dtype="float32",
+    )
+    torch.manual_seed(0)
+    model = GPT(small.gpt_config())
+    fake = {"train": None}
+
+    def get_batch(split):
+        return torch.randint(0, 1024, (small.batch_size, 256)), torch.randint(
+            0, 1024, (small.batch_size, 256)
+        )
+
+    state = loop.TrainState(
+        model,
+        loop.make_optimizer(model, small, "cpu"),
+        loop.make_scaler("float32", "cpu"),
+        loop.autocast_context("cpu", "float32"),
+    )
+    loop.train_step(state, get_batch, 1)  # warm-up
+    runs = []
+    for _ in range(3):
+        start = time.perf_counter()
+        loss = loop.train_step(state, get_batch, small.gradient_accumulation_steps)
+        runs.append(time.perf_counter() - start)
+    losses = loop.estimate_loss(model, get_batch, 2, state.ctx)
+    assert torch.isfinite(loss) and all(v == v for v in losses.values())
+    # extrapolate with the usual 6 * params FLOPs per token to the article's full-size iteration
+    tokens_small = small.batch_size * 256 * small.gradient_accumulation_steps
+    flops_per_second = 6 * n_params(small) * tokens_small / statistics.median(runs)
+    full = snippet.config(SITUATION, "estimate-loss-oom/expected.py")
+    minutes = 6 * n_params(full) * full.tokens_per_iter / flops_per_second / 60
+    figure("cpu_minutes_per_iter", minutes, "float", rel=1.0, decimals=0)
+    del fake
+    report(
+        f"fix cpu fallback: real CPU train step + estimate_loss; about {minutes:.0f} min per full-size iteration"
+    )
+
+
+def test_expected_result(snippet, figure, runner):
+    """The expected result: batch_size=4, gradient_accumulation_steps=16, compile=False fit 11.69 GiB."""
+    config = snippet.config(SITUATION, "estimate-loss-oom/expected.py")
+    for phase in memory.PHASES:
+        result = runner.phase(config, phase, label=f"expected result ({phase})")
+        assert result.fits, f"{phase}: {memory.fmt_bytes(result.peak_bytes)}"
+        predicted = memory.predict(config, phase, memory.DEFAULT_GPU_MEMORY)
+        figure(f"expected_peak_{phase}", predicted.peak_bytes, "gib")
+        figure(
+            f"expected_max_batch_{phase}",
+            memory.max_batch_size(config, phase, memory.DEFAULT_GPU_MEMORY),
+            "int",
+        )
+    runner.scaled_down(config, label="expected result")

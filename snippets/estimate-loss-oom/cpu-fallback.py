@@ -1,0 +1,2 @@
+device = 'cpu'
+compile = False

@@ -1,0 +1,1 @@
+dtype = 'float16'  # for GPUs without bfloat16 (before Ampere)

@@ -1,0 +1,1 @@
+compile = False  # run the model eagerly, without torch.compile
