@@ -130,7 +130,7 @@ def _size(text: str) -> tuple[int, str]:
 
 
 def prints_as(nbytes: int, printed: str) -> bool:
-    """Whether a tensor of `nbytes` is reported as "Tried to allocate `printed`" (segment or block rounding)."""
+    """Whether a tensor of `nbytes` is reported as "Tried to allocate `printed`" (segment or block)."""
     return (
         format_size(memory.segment_size(nbytes)) == printed
         or format_size(memory.block_size(nbytes)) == printed
@@ -435,7 +435,7 @@ def match_request(figs: OOMFigures, config=None) -> tuple[list[dict], str]:
 # model states, diagnosis, links
 # --------------------------------------------------------------------------------------------
 def model_states(config, card_bytes: int) -> dict:
-    """Weights + gradients + AdamW state of the config's model against the card (counted on the meta device)."""
+    """Weights + gradients + AdamW state of the config's model against the card (counted on meta tensors)."""
     import torch
 
     from .model import GPT
@@ -534,7 +534,8 @@ MESSAGES: dict[str, dict[str, str]] = {
     "en": {
         "title": "CUDA out of memory on GPU {gpu} (message format: PyTorch {format})",
         "several": "{n} OOM messages in the input; explaining the last one.",
-        "context_estimate_loss": "The traceback passes through estimate_loss(): it ran out during evaluation.",
+        "context_estimate_loss": "The traceback passes through estimate_loss(): it ran out during "
+        "evaluation.",
         "context_train_step": "The traceback passes through backward(): it ran out in a training step.",
         "context_generate": "The traceback passes through generate(): it ran out while generating.",
         "h_figures": "Figures read",
@@ -551,8 +552,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "outside_pytorch": "outside PyTorch's allocator (capacity − free − reserved)",
         "process": "process {pid}",
         "h_tensor": "Which tensor",
-        "small_request": "{req} is one of the allocator's smallest segments (a tensor under 1 MiB asks for 2 MiB, "
-        "under 10 MiB for 20 MiB): it names no particular tensor. The card was already full when a "
+        "small_request": "{req} is one of the allocator's smallest segments (a tensor under 1 MiB asks for "
+        "2 MiB, under 10 MiB for 20 MiB): it names no particular tensor. The card was already full when a "
         "small tensor was needed.",
         "is_size_of": "{req} is the size of:",
         "is_size_of_config": "In this config, {req} is the size of:",
@@ -561,55 +562,62 @@ MESSAGES: dict[str, dict[str, str]] = {
         "search_group": "{desc}: batch {batch} × block {block} × vocab {vocab} × {itemsize} bytes ({dtype}) "
         "= {nbytes} bytes → {req}",
         "search_also": "same size: {pairs} (batch × block)",
-        "search_vocab_too": "the same with vocab {vocab} (GPT-2 without padding), e.g. batch {batch} × block {block} = {nbytes} bytes",
+        "search_vocab_too": "the same with vocab {vocab} (GPT-2 without padding), e.g. batch {batch} × "
+        "block {block} = {nbytes} bytes",
         "no_match": "{req} is not the size of a GPT-2 logits buffer (vocab 50304 or 50257, block 64–2048, "
         "batch 1–512).",
-        "hint_config": "Pass your config (--config FILE, --set key=value) to compare with your model's activations "
-        "and weights and to predict each phase.",
-        "h_prediction": "Prediction for this config on a {card} card ({usable} for PyTorch after the CUDA context)",
+        "hint_config": "Pass your config (--config FILE, --set key=value) to compare with your model's "
+        "activations and weights and to predict each phase.",
+        "h_prediction": "Prediction for this config on a {card} card ({usable} for PyTorch after the CUDA "
+        "context)",
         "pred_fits": "{phase}: predicted peak {peak}, fits",
         "pred_no": "{phase}: predicted peak {peak}, does not fit; the first allocation that fails: "
         '"Tried to allocate {fail}" ({what})',
         "pred_same": "the same size as in this message",
         "pred_diff": "this message: {req}",
-        "pred_all_fit": "Every phase fits this card in the prediction, yet the run ran out: something the prediction does not model holds memory (torch.compile, other tensors of your script, fragmentation, other processes), or the config differs from the run's.",
+        "pred_all_fit": "Every phase fits this card in the prediction, yet the run ran out: something the "
+        "prediction does not model holds memory (torch.compile, other tensors of your script, "
+        "fragmentation, other processes), or the config differs from the run's.",
         "h_diagnosis": "Diagnosis",
-        "too_little_memory": "Too little memory: PyTorch's live tensors take {allocated} of the {capacity} card, and "
-        "the {req} request did not fit in what was left ({free} free, {unalloc} cached). Keep "
-        "less memory alive at once: a smaller batch, a shorter block, or a loss computed in "
-        "chunks.",
-        "too_little_huge": "The request alone ({req}) is larger than the whole card ({capacity}): no allocator "
-        "setting helps; this tensor has to get smaller.",
-        "fragmentation": "Fragmentation: {unalloc} is reserved by PyTorch but unallocated, cached in pieces none of "
-        "which could hold {req} (free plus cached: {sum}). Set "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA is initialised; it reuses that "
-        "memory but does not create any.",
-        "other_processes_d": "Other processes hold {other} of this card (capacity − free − this process's {in_use}). "
-        "Close them (nvidia-smi lists them) or run on a GPU of your own.",
-        "other_processes_old": "{outside} of the card is not held by PyTorch in this process; apart from this "
-        "process's CUDA context (a few hundred MiB) that is other processes. Close them "
-        "(nvidia-smi lists them) or run on a GPU of your own.",
-        "model_states_exceed_card": "Model states too large: {params} parameters × 16 bytes (float32 weights, "
-        "gradients, AdamW's exp_avg and exp_avg_sq) = {states} ({states_gb}). The card "
-        "has {card}, of which PyTorch can use about {usable} after the CUDA context. This "
-        "does not fit before any activation, so no batch size helps: train a smaller "
-        "model (n_layer, n_embd) or use a card with more memory.",
-        "model_states_with_copies_exceed_card": "Model states fill the card: {params} parameters × 16 bytes (float32 "
-        "weights, gradients, AdamW's exp_avg and exp_avg_sq) = {states} "
-        "({states_gb}), which alone fits the {usable} PyTorch can use of this "
-        "{card} card, with {margin} to spare. With autocast's {dtype} copies "
-        "of the weights ({copies}, alive during forward and backward) it is "
-        "{total}: more than the card before any activation. A smaller batch "
-        "cannot help: train a smaller model (n_layer, n_embd) or use a card "
-        "with more memory.",
-        "model_states_info": "Model states: {params} parameters × 16 bytes = {states} ({states_gb}) on a {card} card.",
+        "too_little_memory": "Too little memory: PyTorch's live tensors take {allocated} of the {capacity} "
+        "card, and the {req} request did not fit in what was left ({free} free, {unalloc} cached). Keep "
+        "less memory alive at once: a smaller batch, a shorter block, or a loss computed in chunks.",
+        "too_little_memory_short": "Too little memory: PyTorch's live tensors take {allocated} of the "
+        "{capacity} card, and the {req} request did not fit in what was left ({free} free, {unalloc} "
+        "cached).",
+        "too_little_huge": "The request alone ({req}) is larger than the whole card ({capacity}): no "
+        "allocator setting helps; this tensor has to get smaller.",
+        "fragmentation": "Fragmentation: {unalloc} is reserved by PyTorch but unallocated, cached in pieces "
+        "none of which could hold {req} (free plus cached: {sum}). Set "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA is initialised; it reuses that memory "
+        "but does not create any.",
+        "other_processes_d": "Other processes hold {other} of this card (capacity − free − this process's "
+        "{in_use}). Close them (nvidia-smi lists them) or run on a GPU of your own.",
+        "other_processes_old": "{outside} of the card is not held by PyTorch in this process; apart from "
+        "this process's CUDA context (a few hundred MiB) that is other processes. Close them (nvidia-smi "
+        "lists them) or run on a GPU of your own.",
+        "model_states_exceed_card": "Model states too large: {params} parameters × 16 bytes (float32 "
+        "weights, gradients, AdamW's exp_avg and exp_avg_sq) = {states} ({states_gb}). The card has {card} ("
+        "{card_gb}), of which PyTorch can use about {usable} after the CUDA context. This does not fit "
+        "before any activation, so no batch size helps: train a smaller model (n_layer, n_embd) or use a "
+        "card with more memory.",
+        "model_states_with_copies_exceed_card": "Model states fill the card: {params} parameters × 16 bytes "
+        "(float32 weights, gradients, AdamW's exp_avg and exp_avg_sq) = {states} ({states_gb}), which alone "
+        "fits the {usable} PyTorch can use of this {card} card, with {margin} to spare. With autocast's "
+        "{dtype} copies of the weights ({copies}, alive during forward and backward) it is {total}: more "
+        "than the card before any activation. A smaller batch cannot help: train a smaller model (n_layer, "
+        "n_embd) or use a card with more memory.",
+        "model_states_info": "Model states: {params} parameters × 16 bytes = {states} ({states_gb}) on a "
+        "{card} card.",
         "h_links": "Read next",
     },
     "ja": {
         "title": "GPU {gpu} で CUDA のメモリが不足しました（メッセージ形式: PyTorch {format}）",
         "several": "入力に OOM メッセージが {n} 件あります。最後のものを説明します。",
-        "context_estimate_loss": "トレースバックが estimate_loss() を通っています。評価中にメモリが不足しました。",
-        "context_train_step": "トレースバックが backward() を通っています。学習ステップ中にメモリが不足しました。",
+        "context_estimate_loss": "トレースバックが estimate_loss() を通っています。評価中にメモリが不足しま"
+        "した。",
+        "context_train_step": "トレースバックが backward() を通っています。学習ステップ中にメモリが不足しま"
+        "した。",
         "context_generate": "トレースバックが generate() を通っています。生成中にメモリが不足しました。",
         "h_figures": "読み取った数値",
         "requested": "要求サイズ（Tried to allocate）",
@@ -625,58 +633,64 @@ MESSAGES: dict[str, dict[str, str]] = {
         "outside_pytorch": "PyTorch のアロケータ外のメモリ（総容量 − 空き − 予約量）",
         "process": "プロセス {pid}",
         "h_tensor": "どのテンソルか",
-        "small_request": "{req} はアロケータの最小セグメントです（1 MiB 未満のテンソルは 2 MiB、10 MiB 未満は 20 MiB "
-        "を要求します）。特定のテンソルを指してはいません。小さなテンソルが必要になった時点で、"
-        "カードはすでに満杯でした。",
+        "small_request": "{req} はアロケータの最小セグメントです（1 MiB 未満のテンソルは 2 MiB、10 MiB 未満"
+        "は 20 MiB を要求します）。特定のテンソルを指してはいません。小さなテンソルが必要になった時点で、カ"
+        "ードはすでに満杯でした。",
         "is_size_of": "{req} は次のサイズです:",
         "is_size_of_config": "この設定では、{req} は次のサイズです:",
         "config_match": "{desc}: 形状 {shape}、{dtype}、{nbytes} バイト → {req}",
-        "config_no_match": "この設定のテンソルに {req} と表示されるものはありません。別のバッチサイズ・ブロックサイズなら:",
-        "search_group": "{desc}: バッチ {batch} × ブロック {block} × 語彙 {vocab} × {itemsize} バイト（{dtype}）"
-        "= {nbytes} バイト → {req}",
+        "config_no_match": "この設定のテンソルに {req} と表示されるものはありません。別のバッチサイズ・ブロ"
+        "ックサイズなら:",
+        "search_group": "{desc}: バッチ {batch} × ブロック {block} × 語彙 {vocab} × {itemsize} バイト（"
+        "{dtype}）= {nbytes} バイト → {req}",
         "search_also": "同じサイズになる組み合わせ: {pairs}（バッチ × ブロック）",
-        "search_vocab_too": "語彙 {vocab}（パディングなしの GPT-2）でも同じ組み合わせです。例: バッチ {batch} × ブロック {block} = {nbytes} バイト",
-        "no_match": "{req} は GPT-2 のロジットバッファ（語彙 50304 または 50257、ブロック 64–2048、バッチ 1–512）の"
-        "サイズではありません。",
-        "hint_config": "設定を渡すと（--config FILE、--set key=value）、モデルの活性化や重みとも照合し、"
-        "各フェーズのメモリを予測します。",
-        "h_prediction": "この設定の予測（{card} のカード、CUDA コンテキストを除いて PyTorch が使えるのは {usable}）",
+        "search_vocab_too": "語彙 {vocab}（パディングなしの GPT-2）でも同じ組み合わせです。例: バッチ "
+        "{batch} × ブロック {block} = {nbytes} バイト",
+        "no_match": "{req} は GPT-2 のロジットバッファ（語彙 50304 または 50257、ブロック 64–2048、バッチ 1–"
+        "512）のサイズではありません。",
+        "hint_config": "設定を渡すと（--config FILE、--set key=value）、モデルの活性化や重みとも照合し、各フ"
+        "ェーズのメモリを予測します。",
+        "h_prediction": "この設定の予測（{card} のカード、CUDA コンテキストを除いて PyTorch が使えるのは "
+        "{usable}）",
         "pred_fits": "{phase}: 予測ピーク {peak}、収まります",
         "pred_no": "{phase}: 予測ピーク {peak}、収まりません。最初に失敗する割り当て: "
         '"Tried to allocate {fail}"（{what}）',
         "pred_same": "このメッセージと同じサイズです",
         "pred_diff": "このメッセージでは {req}",
-        "pred_all_fit": "予測ではどのフェーズもこのカードに収まりますが、実際にはメモリが不足しました。予測がモデル化していないもの（torch.compile、スクリプトの他のテンソル、断片化、他のプロセス）がメモリを占めているか、設定が実行時のものと違います。",
+        "pred_all_fit": "予測ではどのフェーズもこのカードに収まりますが、実際にはメモリが不足しました。予測"
+        "がモデル化していないもの（torch.compile、スクリプトの他のテンソル、断片化、他のプロセス）がメモリを"
+        "占めているか、設定が実行時のものと違います。",
         "h_diagnosis": "診断",
-        "too_little_memory": "メモリ不足: PyTorch の生きているテンソルが {capacity} のカードのうち {allocated} を占め、"
-        "{req} の要求は残り（空き {free}、キャッシュ {unalloc}）に収まりませんでした。"
-        "同時に生きているメモリを減らしてください。バッチを小さく、ブロックを短く、"
-        "あるいは損失をチャンクに分けて計算します。",
-        "too_little_huge": "要求だけで（{req}）カード全体（{capacity}）より大きいため、アロケータの設定では解決しません。"
-        "このテンソル自体を小さくする必要があります。",
-        "fragmentation": "断片化: {unalloc} が PyTorch に予約されたまま未割り当てです。キャッシュが細切れで、"
-        "どの断片にも {req} が収まりませんでした（空きとキャッシュの合計: {sum}）。CUDA の初期化前に "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True を設定してください。"
-        "このメモリを再利用できるようになりますが、メモリが増えるわけではありません。",
-        "other_processes_d": "他のプロセスがこのカードの {other} を使っています（総容量 − 空き − このプロセスの "
-        "{in_use}）。それらを終了するか（nvidia-smi で一覧できます）、専用の GPU で実行してください。",
-        "other_processes_old": "カードのうち {outside} は、このプロセスの PyTorch が保持していないメモリです。"
-        "このプロセスの CUDA コンテキスト（数百 MiB）を除けば、他のプロセスが使っています。"
-        "それらを終了するか（nvidia-smi で一覧できます）、専用の GPU で実行してください。",
-        "model_states_exceed_card": "モデル状態が大きすぎます: {params} パラメータ × 16 バイト（float32 の重み、勾配、"
-        "AdamW の exp_avg と exp_avg_sq）= {states}（{states_gb}）。カードは {card} で、"
-        "CUDA コンテキストを除くと PyTorch が使えるのは約 {usable} です。活性化を置く前から"
-        "収まらないため、どのバッチサイズでも解決しません。小さいモデル（n_layer、n_embd）に"
-        "するか、メモリの多いカードを使ってください。",
-        "model_states_with_copies_exceed_card": "モデル状態でカードが埋まります: {params} パラメータ × 16 バイト"
-        "（float32 の重み、勾配、AdamW の exp_avg と exp_avg_sq）= {states}"
-        "（{states_gb}）。これだけなら、この {card} のカードで PyTorch が使える "
-        "{usable} に収まり、余裕は {margin} です。しかし autocast が forward と "
-        "backward の間保持する重みの {dtype} コピー（{copies}）を加えると "
-        "{total} になり、活性化の前にカードを超えます。バッチを小さくしても"
-        "解決しません。小さいモデル（n_layer、n_embd）にするか、メモリの多い"
-        "カードを使ってください。",
-        "model_states_info": "モデル状態: {params} パラメータ × 16 バイト = {states}（{states_gb}）、カードは {card}。",
+        "too_little_memory": "メモリ不足: PyTorch の生きているテンソルが {capacity} のカードのうち "
+        "{allocated} を占め、{req} の要求は残り（空き {free}、キャッシュ {unalloc}）に収まりませんでした。同"
+        "時に生きているメモリを減らしてください。バッチを小さく、ブロックを短く、あるいは損失をチャンクに分"
+        "けて計算します。",
+        "too_little_memory_short": "メモリ不足: PyTorch の生きているテンソルが {capacity} のカードのうち "
+        "{allocated} を占め、{req} の要求は残り（空き {free}、キャッシュ {unalloc}）に収まりませんでした。",
+        "too_little_huge": "要求だけで（{req}）カード全体（{capacity}）より大きいため、アロケータの設定では"
+        "解決しません。このテンソル自体を小さくする必要があります。",
+        "fragmentation": "断片化: {unalloc} が PyTorch に予約されたまま未割り当てです。キャッシュが細切れで"
+        "、どの断片にも {req} が収まりませんでした（空きとキャッシュの合計: {sum}）。CUDA の初期化前に "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True を設定してください。このメモリを再利用できるように"
+        "なりますが、メモリが増えるわけではありません。",
+        "other_processes_d": "他のプロセスがこのカードの {other} を使っています（総容量 − 空き − このプロセ"
+        "スの {in_use}）。それらを終了するか（nvidia-smi で一覧できます）、専用の GPU で実行してください。",
+        "other_processes_old": "カードのうち {outside} は、このプロセスの PyTorch が保持していないメモリです"
+        "。このプロセスの CUDA コンテキスト（数百 MiB）を除けば、他のプロセスが使っています。それらを終了す"
+        "るか（nvidia-smi で一覧できます）、専用の GPU で実行してください。",
+        "model_states_exceed_card": "モデル状態が大きすぎます: {params} パラメータ × 16 バイト（float32 の重"
+        "み、勾配、AdamW の exp_avg と exp_avg_sq）= {states}（{states_gb}）。カードは {card}（{card_gb}）で"
+        "、CUDA コンテキストを除くと PyTorch が使えるのは約 {usable} です。活性化を置く前から収まらないため"
+        "、どのバッチサイズでも解決しません。小さいモデル（n_layer、n_embd）にするか、メモリの多いカードを使"
+        "ってください。",
+        "model_states_with_copies_exceed_card": "モデル状態でカードが埋まります: {params} パラメータ × 16 バ"
+        "イト（float32 の重み、勾配、AdamW の exp_avg と exp_avg_sq）= {states}（{states_gb}）。これだけなら"
+        "、この {card} のカードで PyTorch が使える {usable} に収まり、余裕は {margin} です。しかし autocast "
+        "が forward と backward の間保持する重みの {dtype} コピー（{copies}）を加えると {total} になり、活性"
+        "化の前にカードを超えます。バッチを小さくしても解決しません。小さいモデル（n_layer、n_embd）にするか"
+        "、メモリの多いカードを使ってください。",
+        "model_states_info": "モデル状態: {params} パラメータ × 16 バイト = {states}（{states_gb}）、カード"
+        "は {card}。",
         "h_links": "次に読むページ",
     },
     "zh": {
@@ -708,45 +722,53 @@ MESSAGES: dict[str, dict[str, str]] = {
         "search_group": "{desc}：批大小 {batch} × 块大小 {block} × 词表 {vocab} × {itemsize} 字节（{dtype}）"
         "= {nbytes} 字节 → {req}",
         "search_also": "大小相同的组合：{pairs}（批大小 × 块大小）",
-        "search_vocab_too": "词表为 {vocab}（未填充的 GPT-2）时组合相同，例如批大小 {batch} × 块大小 {block} = {nbytes} 字节",
-        "no_match": "{req} 不是 GPT-2 logits 缓冲区的大小（词表 50304 或 50257，块大小 64–2048，批大小 1–512）。",
-        "hint_config": "传入你的配置（--config FILE、--set key=value），即可与模型的激活和权重对照，并预测每个阶段的显存。",
+        "search_vocab_too": "词表为 {vocab}（未填充的 GPT-2）时组合相同，例如批大小 {batch} × 块大小 {block}"
+        " = {nbytes} 字节",
+        "no_match": "{req} 不是 GPT-2 logits 缓冲区的大小（词表 50304 或 50257，块大小 64–2048，批大小 1–512"
+        "）。",
+        "hint_config": "传入你的配置（--config FILE、--set key=value），即可与模型的激活和权重对照，并预测每"
+        "个阶段的显存。",
         "h_prediction": "该配置的预测（{card} 的显卡，扣除 CUDA 上下文后 PyTorch 可用 {usable}）",
         "pred_fits": "{phase}：预测峰值 {peak}，放得下",
         "pred_no": '{phase}：预测峰值 {peak}，放不下；第一个失败的分配："Tried to allocate {fail}"（{what}）',
         "pred_same": "与本消息大小相同",
         "pred_diff": "本消息为 {req}",
-        "pred_all_fit": "按预测，每个阶段都放得进这张显卡，但实际运行却显存不足：有预测未建模的东西占用了显存（torch.compile、脚本中的其他张量、碎片化、其他进程），或者配置与实际运行的不同。",
+        "pred_all_fit": "按预测，每个阶段都放得进这张显卡，但实际运行却显存不足：有预测未建模的东西占用了显"
+        "存（torch.compile、脚本中的其他张量、碎片化、其他进程），或者配置与实际运行的不同。",
         "h_diagnosis": "诊断",
-        "too_little_memory": "显存不足：PyTorch 存活的张量占用了 {capacity} 显卡中的 {allocated}，{req} 的请求放不进"
-        "剩下的空间（空闲 {free}，缓存 {unalloc}）。请减少同时存活的显存：减小批大小、缩短块长度，"
-        "或分块计算损失。",
-        "too_little_huge": "仅这一个请求（{req}）就比整张显卡（{capacity}）还大，调整分配器设置无济于事，必须让这个张量变小。",
+        "too_little_memory": "显存不足：PyTorch 存活的张量占用了 {capacity} 显卡中的 {allocated}，{req} 的请"
+        "求放不进剩下的空间（空闲 {free}，缓存 {unalloc}）。请减少同时存活的显存：减小批大小、缩短块长度，或"
+        "分块计算损失。",
+        "too_little_memory_short": "显存不足：PyTorch 存活的张量占用了 {capacity} 显卡中的 {allocated}，"
+        "{req} 的请求放不进剩下的空间（空闲 {free}，缓存 {unalloc}）。",
+        "too_little_huge": "仅这一个请求（{req}）就比整张显卡（{capacity}）还大，调整分配器设置无济于事，必"
+        "须让这个张量变小。",
         "fragmentation": "碎片化：有 {unalloc} 被 PyTorch 预留但未分配，缓存被切成碎块，没有一块能容纳 {req}"
-        "（空闲加缓存共 {sum}）。请在 CUDA 初始化之前设置 "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True；它能重新利用这部分显存，但不会凭空多出显存。",
-        "other_processes_d": "其他进程占用了这张显卡的 {other}（总容量 − 空闲 − 本进程的 {in_use}）。"
-        "请关闭它们（nvidia-smi 可列出），或在独占的 GPU 上运行。",
-        "other_processes_old": "显卡上有 {outside} 不由本进程的 PyTorch 持有；除去本进程的 CUDA 上下文（几百 MiB），"
-        "其余由其他进程占用。请关闭它们（nvidia-smi 可列出），或在独占的 GPU 上运行。",
-        "model_states_exceed_card": "模型状态过大：{params} 个参数 × 16 字节（float32 权重、梯度、AdamW 的 exp_avg 和 "
-        "exp_avg_sq）= {states}（{states_gb}）。显卡为 {card}，扣除 CUDA 上下文后 PyTorch "
-        "约可用 {usable}。还没放激活就已经放不下，任何批大小都无济于事；请换更小的模型"
-        "（n_layer、n_embd）或显存更大的显卡。",
-        "model_states_with_copies_exceed_card": "模型状态几乎占满显卡：{params} 个参数 × 16 字节（float32 权重、梯度、"
-        "AdamW 的 exp_avg 和 exp_avg_sq）= {states}（{states_gb}），单独来看能"
-        "放进这张 {card} 显卡上 PyTorch 可用的 {usable}，只剩 {margin}。但加上 "
-        "autocast 在前向和反向期间保留的 {dtype} 权重副本（{copies}）就是 "
-        "{total}，在放任何激活之前就超出了显卡。减小批大小无济于事；请换更小的"
-        "模型（n_layer、n_embd）或显存更大的显卡。",
+        "（空闲加缓存共 {sum}）。请在 CUDA 初始化之前设置 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True；"
+        "它能重新利用这部分显存，但不会凭空多出显存。",
+        "other_processes_d": "其他进程占用了这张显卡的 {other}（总容量 − 空闲 − 本进程的 {in_use}）。请关闭"
+        "它们（nvidia-smi 可列出），或在独占的 GPU 上运行。",
+        "other_processes_old": "显卡上有 {outside} 不由本进程的 PyTorch 持有；除去本进程的 CUDA 上下文（几百"
+        " MiB），其余由其他进程占用。请关闭它们（nvidia-smi 可列出），或在独占的 GPU 上运行。",
+        "model_states_exceed_card": "模型状态过大：{params} 个参数 × 16 字节（float32 权重、梯度、AdamW 的 "
+        "exp_avg 和 exp_avg_sq）= {states}（{states_gb}）。显卡为 {card}（{card_gb}），扣除 CUDA 上下文后 "
+        "PyTorch 约可用 {usable}。还没放激活就已经放不下，任何批大小都无济于事；请换更小的模型（n_layer、n_e"
+        "mbd）或显存更大的显卡。",
+        "model_states_with_copies_exceed_card": "模型状态几乎占满显卡：{params} 个参数 × 16 字节（float32 权"
+        "重、梯度、AdamW 的 exp_avg 和 exp_avg_sq）= {states}（{states_gb}），单独来看能放进这张 {card} 显卡"
+        "上 PyTorch 可用的 {usable}，只剩 {margin}。但加上 autocast 在前向和反向期间保留的 {dtype} 权重副本"
+        "（{copies}）就是 {total}，在放任何激活之前就超出了显卡。减小批大小无济于事；请换更小的模型（n_layer"
+        "、n_embd）或显存更大的显卡。",
         "model_states_info": "模型状态：{params} 个参数 × 16 字节 = {states}（{states_gb}），显卡为 {card}。",
         "h_links": "接下来阅读",
     },
     "de": {
         "title": "CUDA-Speicher erschöpft auf GPU {gpu} (Meldungsformat: PyTorch {format})",
         "several": "Die Eingabe enthält {n} OOM-Meldungen; erklärt wird die letzte.",
-        "context_estimate_loss": "Der Traceback führt durch estimate_loss(): Der Speicher ging bei der Evaluation aus.",
-        "context_train_step": "Der Traceback führt durch backward(): Der Speicher ging in einem Trainingsschritt aus.",
+        "context_estimate_loss": "Der Traceback führt durch estimate_loss(): Der Speicher ging bei der "
+        "Evaluation aus.",
+        "context_train_step": "Der Traceback führt durch backward(): Der Speicher ging in einem "
+        "Trainingsschritt aus.",
         "context_generate": "Der Traceback führt durch generate(): Der Speicher ging beim Generieren aus.",
         "h_figures": "Gelesene Werte",
         "requested": "angefordert (Tried to allocate)",
@@ -757,74 +779,81 @@ MESSAGES: dict[str, dict[str, str]] = {
         "allocated": "von PyTorch belegt",
         "reserved_unallocated": "von PyTorch reserviert, nicht belegt",
         "reserved": "von PyTorch reserviert (gesamt)",
-        "non_pytorch": "Nicht-PyTorch-Speicher dieses Prozesses (genutzt − belegt − reserviert, nicht belegt)",
+        "non_pytorch": "Nicht-PyTorch-Speicher dieses Prozesses (genutzt − belegt − reserviert, nicht "
+        "belegt)",
         "other_processes": "von anderen Prozessen genutzt (Kapazität − frei − genutzt)",
         "outside_pytorch": "außerhalb von PyTorchs Allokator (Kapazität − frei − reserviert)",
         "process": "Prozess {pid}",
         "h_tensor": "Welcher Tensor",
-        "small_request": "{req} ist eines der kleinsten Segmente des Allokators (ein Tensor unter 1 MiB fordert 2 MiB "
-        "an, unter 10 MiB 20 MiB): Die Größe verweist auf keinen bestimmten Tensor. Die Karte war "
-        "schon voll, als ein kleiner Tensor gebraucht wurde.",
+        "small_request": "{req} ist eines der kleinsten Segmente des Allokators (ein Tensor unter 1 MiB "
+        "fordert 2 MiB an, unter 10 MiB 20 MiB): Die Größe verweist auf keinen bestimmten Tensor. Die Karte "
+        "war schon voll, als ein kleiner Tensor gebraucht wurde.",
         "is_size_of": "{req} ist die Größe von:",
         "is_size_of_config": "In dieser Konfiguration ist {req} die Größe von:",
         "config_match": "{desc}: Form {shape}, {dtype}, {nbytes} Bytes → {req}",
-        "config_no_match": "Kein Tensor dieser Konfiguration erscheint als {req}; bei anderen Batch- und Blockgrößen:",
-        "search_group": "{desc}: Batch {batch} × Block {block} × Vokabular {vocab} × {itemsize} Bytes ({dtype}) "
-        "= {nbytes} Bytes → {req}",
+        "config_no_match": "Kein Tensor dieser Konfiguration erscheint als {req}; bei anderen Batch- und "
+        "Blockgrößen:",
+        "search_group": "{desc}: Batch {batch} × Block {block} × Vokabular {vocab} × {itemsize} Bytes ("
+        "{dtype}) = {nbytes} Bytes → {req}",
         "search_also": "gleiche Größe: {pairs} (Batch × Block)",
-        "search_vocab_too": "dasselbe mit Vokabular {vocab} (GPT-2 ohne Padding), etwa Batch {batch} × Block {block} = {nbytes} Bytes",
-        "no_match": "{req} ist nicht die Größe eines GPT-2-Logits-Puffers (Vokabular 50304 oder 50257, Block "
-        "64–2048, Batch 1–512).",
-        "hint_config": "Mit Ihrer Konfiguration (--config DATEI, --set key=value) vergleicht oomguide auch mit den "
-        "Aktivierungen und Gewichten Ihres Modells und sagt den Speicher jeder Phase voraus.",
-        "h_prediction": "Vorhersage für diese Konfiguration auf einer {card}-Karte ({usable} für PyTorch nach dem "
-        "CUDA-Kontext)",
+        "search_vocab_too": "dasselbe mit Vokabular {vocab} (GPT-2 ohne Padding), etwa Batch {batch} × "
+        "Block {block} = {nbytes} Bytes",
+        "no_match": "{req} ist nicht die Größe eines GPT-2-Logits-Puffers (Vokabular 50304 oder 50257, "
+        "Block 64–2048, Batch 1–512).",
+        "hint_config": "Mit Ihrer Konfiguration (--config DATEI, --set key=value) vergleicht oomguide auch "
+        "mit den Aktivierungen und Gewichten Ihres Modells und sagt den Speicher jeder Phase voraus.",
+        "h_prediction": "Vorhersage für diese Konfiguration auf einer {card}-Karte ({usable} für PyTorch "
+        "nach dem CUDA-Kontext)",
         "pred_fits": "{phase}: vorhergesagte Spitze {peak}, passt",
         "pred_no": "{phase}: vorhergesagte Spitze {peak}, passt nicht; die erste Allokation, die scheitert: "
         '"Tried to allocate {fail}" ({what})',
         "pred_same": "dieselbe Größe wie in dieser Meldung",
         "pred_diff": "diese Meldung: {req}",
-        "pred_all_fit": "Laut Vorhersage passt jede Phase auf diese Karte, trotzdem ging der Speicher aus: Etwas, das die Vorhersage nicht modelliert, belegt Speicher (torch.compile, andere Tensoren Ihres Skripts, Fragmentierung, andere Prozesse), oder die Konfiguration weicht von der des Laufs ab.",
+        "pred_all_fit": "Laut Vorhersage passt jede Phase auf diese Karte, trotzdem ging der Speicher aus: "
+        "Etwas, das die Vorhersage nicht modelliert, belegt Speicher (torch.compile, andere Tensoren Ihres "
+        "Skripts, Fragmentierung, andere Prozesse), oder die Konfiguration weicht von der des Laufs ab.",
         "h_diagnosis": "Diagnose",
         "too_little_memory": "Zu wenig Speicher: Die lebenden Tensoren von PyTorch belegen {allocated} der "
-        "{capacity}-Karte, und die Anforderung von {req} passte nicht in den Rest ({free} frei, "
-        "{unalloc} im Cache). Halten Sie weniger Speicher gleichzeitig am Leben: eine kleinere "
-        "Batchgröße, ein kürzerer Block oder ein in Stücken berechneter Loss.",
-        "too_little_huge": "Schon die Anforderung allein ({req}) ist größer als die ganze Karte ({capacity}): Keine "
-        "Allokator-Einstellung hilft, dieser Tensor muss kleiner werden.",
-        "fragmentation": "Fragmentierung: {unalloc} sind von PyTorch reserviert, aber nicht belegt – zwischengespeichert "
-        "in Stücken, von denen keines {req} aufnehmen konnte (frei plus Cache: {sum}). Setzen Sie "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, bevor CUDA initialisiert wird; das macht "
-        "diesen Speicher nutzbar, schafft aber keinen neuen.",
-        "other_processes_d": "Andere Prozesse belegen {other} dieser Karte (Kapazität − frei − {in_use} dieses "
-        "Prozesses). Beenden Sie sie (nvidia-smi listet sie auf) oder nutzen Sie eine eigene GPU.",
-        "other_processes_old": "{outside} der Karte hält PyTorch in diesem Prozess nicht; abgesehen vom CUDA-Kontext "
-        "dieses Prozesses (einige hundert MiB) sind das andere Prozesse. Beenden Sie sie "
+        "{capacity}-Karte, und die Anforderung von {req} passte nicht in den Rest ({free} frei, {unalloc} "
+        "im Cache). Halten Sie weniger Speicher gleichzeitig am Leben: eine kleinere Batchgröße, ein "
+        "kürzerer Block oder ein in Stücken berechneter Loss.",
+        "too_little_memory_short": "Zu wenig Speicher: Die lebenden Tensoren von PyTorch belegen {allocated}"
+        " der {capacity}-Karte, und die Anforderung von {req} passte nicht in den Rest ({free} frei, "
+        "{unalloc} im Cache).",
+        "too_little_huge": "Schon die Anforderung allein ({req}) ist größer als die ganze Karte ({capacity}"
+        "): Keine Allokator-Einstellung hilft, dieser Tensor muss kleiner werden.",
+        "fragmentation": "Fragmentierung: {unalloc} sind von PyTorch reserviert, aber nicht belegt – "
+        "zwischengespeichert in Stücken, von denen keines {req} aufnehmen konnte (frei plus Cache: {sum}). "
+        "Setzen Sie PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, bevor CUDA initialisiert wird; das "
+        "macht diesen Speicher nutzbar, schafft aber keinen neuen.",
+        "other_processes_d": "Andere Prozesse belegen {other} dieser Karte (Kapazität − frei − {in_use} "
+        "dieses Prozesses). Beenden Sie sie (nvidia-smi listet sie auf) oder nutzen Sie eine eigene GPU.",
+        "other_processes_old": "{outside} der Karte hält PyTorch in diesem Prozess nicht; abgesehen vom "
+        "CUDA-Kontext dieses Prozesses (einige hundert MiB) sind das andere Prozesse. Beenden Sie sie "
         "(nvidia-smi listet sie auf) oder nutzen Sie eine eigene GPU.",
-        "model_states_exceed_card": "Modellzustände zu groß: {params} Parameter × 16 Bytes (float32-Gewichte, "
-        "Gradienten sowie exp_avg und exp_avg_sq von AdamW) = {states} ({states_gb}). Die "
-        "Karte hat {card}, davon kann PyTorch nach dem CUDA-Kontext etwa {usable} nutzen. "
-        "Das passt schon ohne jede Aktivierung nicht, keine Batchgröße hilft: Trainieren "
-        "Sie ein kleineres Modell (n_layer, n_embd) oder nehmen Sie eine Karte mit mehr "
-        "Speicher.",
-        "model_states_with_copies_exceed_card": "Die Modellzustände füllen die Karte: {params} Parameter × 16 Bytes "
-        "(float32-Gewichte, Gradienten sowie exp_avg und exp_avg_sq von AdamW) "
-        "= {states} ({states_gb}); allein passt das in die {usable}, die PyTorch "
-        "von dieser {card}-Karte nutzen kann, mit {margin} Luft. Mit den "
-        "{dtype}-Kopien der Gewichte, die autocast während Forward und Backward "
-        "hält ({copies}), sind es {total}: mehr als die Karte, noch vor jeder "
-        "Aktivierung. Eine kleinere Batchgröße hilft nicht; trainieren Sie ein "
-        "kleineres Modell (n_layer, n_embd) oder nehmen Sie eine Karte mit mehr "
-        "Speicher.",
-        "model_states_info": "Modellzustände: {params} Parameter × 16 Bytes = {states} ({states_gb}) auf einer "
-        "{card}-Karte.",
+        "model_states_exceed_card": "Modellzustände zu groß: {params} Parameter × 16 Bytes "
+        "(float32-Gewichte, Gradienten sowie exp_avg und exp_avg_sq von AdamW) = {states} ({states_gb}). "
+        "Die Karte hat {card} ({card_gb}), davon kann PyTorch nach dem CUDA-Kontext etwa {usable} nutzen. "
+        "Das passt schon ohne jede Aktivierung nicht, keine Batchgröße hilft: Trainieren Sie ein kleineres "
+        "Modell (n_layer, n_embd) oder nehmen Sie eine Karte mit mehr Speicher.",
+        "model_states_with_copies_exceed_card": "Die Modellzustände füllen die Karte: {params} Parameter × "
+        "16 Bytes (float32-Gewichte, Gradienten sowie exp_avg und exp_avg_sq von AdamW) = {states} ("
+        "{states_gb}); allein passt das in die {usable}, die PyTorch von dieser {card}-Karte nutzen kann, "
+        "mit {margin} Luft. Mit den {dtype}-Kopien der Gewichte, die autocast während Forward und Backward "
+        "hält ({copies}), sind es {total}: mehr als die Karte, noch vor jeder Aktivierung. Eine kleinere "
+        "Batchgröße hilft nicht; trainieren Sie ein kleineres Modell (n_layer, n_embd) oder nehmen Sie eine "
+        "Karte mit mehr Speicher.",
+        "model_states_info": "Modellzustände: {params} Parameter × 16 Bytes = {states} ({states_gb}) auf "
+        "einer {card}-Karte.",
         "h_links": "Weiterlesen",
     },
     "fr": {
         "title": "Mémoire CUDA épuisée sur le GPU {gpu} (format du message : PyTorch {format})",
         "several": "L'entrée contient {n} messages OOM ; voici l'explication du dernier.",
-        "context_estimate_loss": "La trace passe par estimate_loss() : la mémoire a manqué pendant l'évaluation.",
-        "context_train_step": "La trace passe par backward() : la mémoire a manqué pendant une étape d'entraînement.",
+        "context_estimate_loss": "La trace passe par estimate_loss() : la mémoire a manqué pendant "
+        "l'évaluation.",
+        "context_train_step": "La trace passe par backward() : la mémoire a manqué pendant une étape "
+        "d'entraînement.",
         "context_generate": "La trace passe par generate() : la mémoire a manqué pendant la génération.",
         "h_figures": "Valeurs lues",
         "requested": "demandé (Tried to allocate)",
@@ -840,63 +869,68 @@ MESSAGES: dict[str, dict[str, str]] = {
         "outside_pytorch": "hors de l'allocateur de PyTorch (capacité − libre − réservé)",
         "process": "processus {pid}",
         "h_tensor": "Quel tenseur",
-        "small_request": "{req} est l'un des plus petits segments de l'allocateur (un tenseur de moins de 1 MiB "
-        "demande 2 MiB, de moins de 10 MiB, 20 MiB) : cette taille ne désigne aucun tenseur précis. "
-        "La carte était déjà pleine quand un petit tenseur a été demandé.",
+        "small_request": "{req} est l'un des plus petits segments de l'allocateur (un tenseur de moins de 1 "
+        "MiB demande 2 MiB, de moins de 10 MiB, 20 MiB) : cette taille ne désigne aucun tenseur précis. La "
+        "carte était déjà pleine quand un petit tenseur a été demandé.",
         "is_size_of": "{req} est la taille de :",
         "is_size_of_config": "Dans cette configuration, {req} est la taille de :",
         "config_match": "{desc} : forme {shape}, {dtype}, {nbytes} octets → {req}",
-        "config_no_match": "Aucun tenseur de cette configuration n'apparaît comme {req} ; avec d'autres tailles de "
-        "batch et de bloc :",
-        "search_group": "{desc} : batch {batch} × bloc {block} × vocabulaire {vocab} × {itemsize} octets ({dtype}) "
-        "= {nbytes} octets → {req}",
+        "config_no_match": "Aucun tenseur de cette configuration n'apparaît comme {req} ; avec d'autres "
+        "tailles de batch et de bloc :",
+        "search_group": "{desc} : batch {batch} × bloc {block} × vocabulaire {vocab} × {itemsize} octets ("
+        "{dtype}) = {nbytes} octets → {req}",
         "search_also": "même taille : {pairs} (batch × bloc)",
-        "search_vocab_too": "de même avec le vocabulaire {vocab} (GPT-2 sans remplissage), par exemple batch {batch} × bloc {block} = {nbytes} octets",
-        "no_match": "{req} n'est la taille d'aucun tampon de logits de GPT-2 (vocabulaire 50304 ou 50257, bloc "
-        "64–2048, batch 1–512).",
-        "hint_config": "Donnez votre configuration (--config FICHIER, --set key=value) pour comparer aussi avec les "
-        "activations et les poids de votre modèle et prédire chaque phase.",
-        "h_prediction": "Prédiction pour cette configuration sur une carte de {card} ({usable} pour PyTorch, contexte "
-        "CUDA déduit)",
+        "search_vocab_too": "de même avec le vocabulaire {vocab} (GPT-2 sans remplissage), par exemple "
+        "batch {batch} × bloc {block} = {nbytes} octets",
+        "no_match": "{req} n'est la taille d'aucun tampon de logits de GPT-2 (vocabulaire 50304 ou 50257, "
+        "bloc 64–2048, batch 1–512).",
+        "hint_config": "Donnez votre configuration (--config FICHIER, --set key=value) pour comparer aussi "
+        "avec les activations et les poids de votre modèle et prédire chaque phase.",
+        "h_prediction": "Prédiction pour cette configuration sur une carte de {card} ({usable} pour "
+        "PyTorch, contexte CUDA déduit)",
         "pred_fits": "{phase} : pic prédit {peak}, tient",
         "pred_no": "{phase} : pic prédit {peak}, ne tient pas ; première allocation qui échoue : "
         '"Tried to allocate {fail}" ({what})',
         "pred_same": "même taille que dans ce message",
         "pred_diff": "ce message : {req}",
-        "pred_all_fit": "D'après la prédiction, chaque phase tient sur cette carte, et pourtant la mémoire a manqué : quelque chose que la prédiction ne modélise pas occupe de la mémoire (torch.compile, d'autres tenseurs de votre script, la fragmentation, d'autres processus), ou la configuration diffère de celle de l'exécution.",
+        "pred_all_fit": "D'après la prédiction, chaque phase tient sur cette carte, et pourtant la mémoire "
+        "a manqué : quelque chose que la prédiction ne modélise pas occupe de la mémoire (torch.compile, "
+        "d'autres tenseurs de votre script, la fragmentation, d'autres processus), ou la configuration "
+        "diffère de celle de l'exécution.",
         "h_diagnosis": "Diagnostic",
-        "too_little_memory": "Mémoire insuffisante : les tenseurs vivants de PyTorch occupent {allocated} de la carte "
-        "de {capacity}, et la demande de {req} ne tenait pas dans le reste ({free} libres, "
-        "{unalloc} en cache). Gardez moins de mémoire vivante à la fois : un batch plus petit, un "
-        "bloc plus court ou une perte calculée par morceaux.",
-        "too_little_huge": "La demande seule ({req}) dépasse la carte entière ({capacity}) : aucun réglage de "
-        "l'allocateur n'y peut rien, ce tenseur doit devenir plus petit.",
-        "fragmentation": "Fragmentation : {unalloc} sont réservés par PyTorch mais non alloués, en cache en morceaux "
-        "dont aucun ne pouvait contenir {req} (libre plus cache : {sum}). Définissez "
+        "too_little_memory": "Mémoire insuffisante : les tenseurs vivants de PyTorch occupent {allocated} "
+        "de la carte de {capacity}, et la demande de {req} ne tenait pas dans le reste ({free} libres, "
+        "{unalloc} en cache). Gardez moins de mémoire vivante à la fois : un batch plus petit, un bloc plus "
+        "court ou une perte calculée par morceaux.",
+        "too_little_memory_short": "Mémoire insuffisante : les tenseurs vivants de PyTorch occupent "
+        "{allocated} de la carte de {capacity}, et la demande de {req} ne tenait pas dans le reste ({free} "
+        "libres, {unalloc} en cache).",
+        "too_little_huge": "La demande seule ({req}) dépasse la carte entière ({capacity}) : aucun réglage "
+        "de l'allocateur n'y peut rien, ce tenseur doit devenir plus petit.",
+        "fragmentation": "Fragmentation : {unalloc} sont réservés par PyTorch mais non alloués, en cache en "
+        "morceaux dont aucun ne pouvait contenir {req} (libre plus cache : {sum}). Définissez "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avant l'initialisation de CUDA ; ce réglage "
         "réutilise cette mémoire mais n'en crée pas.",
-        "other_processes_d": "D'autres processus occupent {other} de cette carte (capacité − libre − {in_use} de ce "
-        "processus). Fermez-les (nvidia-smi les liste) ou utilisez un GPU qui vous est réservé.",
-        "other_processes_old": "{outside} de la carte ne sont pas tenus par PyTorch dans ce processus ; hormis le "
-        "contexte CUDA de ce processus (quelques centaines de MiB), ce sont d'autres processus. "
+        "other_processes_d": "D'autres processus occupent {other} de cette carte (capacité − libre − "
+        "{in_use} de ce processus). Fermez-les (nvidia-smi les liste) ou utilisez un GPU qui vous est "
+        "réservé.",
+        "other_processes_old": "{outside} de la carte ne sont pas tenus par PyTorch dans ce processus ; "
+        "hormis le contexte CUDA de ce processus (quelques centaines de MiB), ce sont d'autres processus. "
         "Fermez-les (nvidia-smi les liste) ou utilisez un GPU qui vous est réservé.",
-        "model_states_exceed_card": "États du modèle trop gros : {params} paramètres × 16 octets (poids float32, "
-        "gradients, exp_avg et exp_avg_sq d'AdamW) = {states} ({states_gb}). La carte a "
-        "{card}, dont PyTorch peut utiliser environ {usable} une fois le contexte CUDA "
-        "déduit. Cela ne tient pas avant même la moindre activation : aucune taille de "
-        "batch n'aide. Entraînez un modèle plus petit (n_layer, n_embd) ou prenez une carte "
-        "avec plus de mémoire.",
-        "model_states_with_copies_exceed_card": "Les états du modèle remplissent la carte : {params} paramètres × 16 "
-        "octets (poids float32, gradients, exp_avg et exp_avg_sq d'AdamW) = "
-        "{states} ({states_gb}) ; à eux seuls, ils tiennent dans les {usable} "
-        "que PyTorch peut utiliser sur cette carte de {card}, avec {margin} de "
-        "marge. Avec les copies {dtype} des poids qu'autocast garde pendant la "
-        "passe avant et la rétropropagation ({copies}), on atteint {total} : "
-        "plus que la carte, avant toute activation. Réduire le batch n'aide "
-        "pas ; entraînez un modèle plus petit (n_layer, n_embd) ou prenez une "
-        "carte avec plus de mémoire.",
-        "model_states_info": "États du modèle : {params} paramètres × 16 octets = {states} ({states_gb}), pour une "
-        "carte de {card}.",
+        "model_states_exceed_card": "États du modèle trop gros : {params} paramètres × 16 octets (poids "
+        "float32, gradients, exp_avg et exp_avg_sq d'AdamW) = {states} ({states_gb}). La carte a {card} ("
+        "{card_gb}), dont PyTorch peut utiliser environ {usable} une fois le contexte CUDA déduit. Cela ne "
+        "tient pas avant même la moindre activation : aucune taille de batch n'aide. Entraînez un modèle "
+        "plus petit (n_layer, n_embd) ou prenez une carte avec plus de mémoire.",
+        "model_states_with_copies_exceed_card": "Les états du modèle remplissent la carte : {params} "
+        "paramètres × 16 octets (poids float32, gradients, exp_avg et exp_avg_sq d'AdamW) = {states} ("
+        "{states_gb}) ; à eux seuls, ils tiennent dans les {usable} que PyTorch peut utiliser sur cette "
+        "carte de {card}, avec {margin} de marge. Avec les copies {dtype} des poids qu'autocast garde "
+        "pendant la passe avant et la rétropropagation ({copies}), on atteint {total} : plus que la carte, "
+        "avant toute activation. Réduire le batch n'aide pas ; entraînez un modèle plus petit (n_layer, "
+        "n_embd) ou prenez une carte avec plus de mémoire.",
+        "model_states_info": "États du modèle : {params} paramètres × 16 octets = {states} ({states_gb}), "
+        "pour une carte de {card}.",
         "h_links": "À lire ensuite",
     },
 }
@@ -904,34 +938,36 @@ MESSAGES: dict[str, dict[str, str]] = {
 TENSOR_NAMES: dict[str, dict[str, str]] = {
     "en": {
         "logits": "the (B·T, V) logits",
-        "logits_float32": "the float32 copy of the (B·T, V) log-probabilities that cross_entropy makes under "
-        "autocast (nll_loss runs in float32)",
+        "logits_float32": "the float32 copy of the (B·T, V) log-probabilities that cross_entropy makes "
+        "under autocast (nll_loss runs in float32)",
         "search_logits": "a (B·T, V) logits buffer",
-        "search_logits_float32": "a float32 (B·T, V) buffer (the copy cross_entropy makes under autocast, or the "
-        "logits of a float32 run)",
+        "search_logits_float32": "a float32 (B·T, V) buffer (the copy cross_entropy makes under autocast, "
+        "or the logits of a float32 run)",
         "residual": "a (B, T, C) activation (residual stream, LayerNorm output)",
         "hidden": "a (B, T, C) activation (attention or MLP output)",
         "qkv": "the (B, T, 3C) q, k, v projection",
         "mlp_hidden": "the (B, T, 4C) MLP hidden activation (c_fc or GELU output)",
-        "attention_scores": "the (B, n_head, T, T) attention matrix (only without flash attention: nanoGPT's manual "
-        "attention path)",
-        "embedding_weight": "the (V, C) token embedding / lm_head weight, its gradient or one of its AdamW states",
+        "attention_scores": "the (B, n_head, T, T) attention matrix (only without flash attention: "
+        "nanoGPT's manual attention path)",
+        "embedding_weight": "the (V, C) token embedding / lm_head weight, its gradient or one of its AdamW "
+        "states",
         "embedding_weight_copy": "autocast's copy of the (V, C) token embedding / lm_head weight",
         "mlp_weight": "a (4C, C) MLP weight (c_fc or c_proj), its gradient or an AdamW state",
         "attn_weight": "the (3C, C) c_attn weight, its gradient or an AdamW state",
     },
     "ja": {
         "logits": "(B·T, V) のロジット",
-        "logits_float32": "autocast 下で cross_entropy が作る (B·T, V) 対数確率の float32 コピー（nll_loss は float32 で実行）",
+        "logits_float32": "autocast 下で cross_entropy が作る (B·T, V) 対数確率の float32 コピー（nll_loss "
+        "は float32 で実行）",
         "search_logits": "(B·T, V) のロジットバッファ",
-        "search_logits_float32": "float32 の (B·T, V) バッファ（autocast 下で cross_entropy が作るコピー、または float32 "
-        "学習のロジット）",
+        "search_logits_float32": "float32 の (B·T, V) バッファ（autocast 下で cross_entropy が作るコピー、ま"
+        "たは float32 学習のロジット）",
         "residual": "(B, T, C) の活性化（残差ストリーム、LayerNorm の出力）",
         "hidden": "(B, T, C) の活性化（アテンションまたは MLP の出力）",
         "qkv": "(B, T, 3C) の q, k, v 射影",
         "mlp_hidden": "(B, T, 4C) の MLP 中間活性化（c_fc または GELU の出力）",
-        "attention_scores": "(B, n_head, T, T) のアテンション行列（flash attention を使わない nanoGPT の手動アテンション"
-        "経路のみ）",
+        "attention_scores": "(B, n_head, T, T) のアテンション行列（flash attention を使わない nanoGPT の手動"
+        "アテンション経路のみ）",
         "embedding_weight": "(V, C) のトークン埋め込み / lm_head の重み、その勾配、または AdamW の状態の一つ",
         "embedding_weight_copy": "(V, C) のトークン埋め込み / lm_head の重みを autocast がコピーしたもの",
         "mlp_weight": "(4C, C) の MLP の重み（c_fc または c_proj）、その勾配、または AdamW の状態",
@@ -939,14 +975,17 @@ TENSOR_NAMES: dict[str, dict[str, str]] = {
     },
     "zh": {
         "logits": "(B·T, V) logits",
-        "logits_float32": "autocast 下 cross_entropy 生成的 (B·T, V) 对数概率的 float32 副本（nll_loss 以 float32 运行）",
+        "logits_float32": "autocast 下 cross_entropy 生成的 (B·T, V) 对数概率的 float32 副本（nll_loss 以 "
+        "float32 运行）",
         "search_logits": "(B·T, V) logits 缓冲区",
-        "search_logits_float32": "float32 的 (B·T, V) 缓冲区（autocast 下 cross_entropy 生成的副本，或 float32 训练的 logits）",
+        "search_logits_float32": "float32 的 (B·T, V) 缓冲区（autocast 下 cross_entropy 生成的副本，或 "
+        "float32 训练的 logits）",
         "residual": "(B, T, C) 激活（残差流、LayerNorm 输出）",
         "hidden": "(B, T, C) 激活（注意力或 MLP 的输出）",
         "qkv": "(B, T, 3C) q、k、v 投影",
         "mlp_hidden": "(B, T, 4C) MLP 中间激活（c_fc 或 GELU 的输出）",
-        "attention_scores": "(B, n_head, T, T) 注意力矩阵（仅在不用 flash attention、走 nanoGPT 手写注意力路径时）",
+        "attention_scores": "(B, n_head, T, T) 注意力矩阵（仅在不用 flash attention、走 nanoGPT 手写注意力路"
+        "径时）",
         "embedding_weight": "(V, C) 词嵌入 / lm_head 权重、其梯度，或它的某个 AdamW 状态",
         "embedding_weight_copy": "autocast 生成的 (V, C) 词嵌入 / lm_head 权重副本",
         "mlp_weight": "(4C, C) MLP 权重（c_fc 或 c_proj）、其梯度或 AdamW 状态",
@@ -954,38 +993,39 @@ TENSOR_NAMES: dict[str, dict[str, str]] = {
     },
     "de": {
         "logits": "die (B·T, V)-Logits",
-        "logits_float32": "die float32-Kopie der (B·T, V)-Log-Wahrscheinlichkeiten, die cross_entropy unter autocast "
-        "anlegt (nll_loss rechnet in float32)",
+        "logits_float32": "die float32-Kopie der (B·T, V)-Log-Wahrscheinlichkeiten, die cross_entropy unter "
+        "autocast anlegt (nll_loss rechnet in float32)",
         "search_logits": "ein (B·T, V)-Logits-Puffer",
-        "search_logits_float32": "ein (B·T, V)-Puffer in float32 (die Kopie, die cross_entropy unter autocast anlegt, "
-        "oder die Logits eines float32-Laufs)",
+        "search_logits_float32": "ein (B·T, V)-Puffer in float32 (die Kopie, die cross_entropy unter "
+        "autocast anlegt, oder die Logits eines float32-Laufs)",
         "residual": "eine (B, T, C)-Aktivierung (Residualstrom, Ausgabe von LayerNorm)",
         "hidden": "eine (B, T, C)-Aktivierung (Ausgabe von Attention oder MLP)",
         "qkv": "die (B, T, 3C)-Projektion auf q, k, v",
         "mlp_hidden": "die (B, T, 4C)-Zwischenaktivierung des MLP (Ausgabe von c_fc oder GELU)",
-        "attention_scores": "die (B, n_head, T, T)-Attention-Matrix (nur ohne Flash Attention, auf nanoGPTs manuellem "
-        "Attention-Pfad)",
-        "embedding_weight": "das (V, C)-Gewicht von Token-Embedding / lm_head, sein Gradient oder einer seiner "
-        "AdamW-Zustände",
-        "embedding_weight_copy": "die Kopie des (V, C)-Gewichts von Token-Embedding / lm_head, die autocast anlegt",
+        "attention_scores": "die (B, n_head, T, T)-Attention-Matrix (nur ohne Flash Attention, auf nanoGPTs "
+        "manuellem Attention-Pfad)",
+        "embedding_weight": "das (V, C)-Gewicht von Token-Embedding / lm_head, sein Gradient oder einer "
+        "seiner AdamW-Zustände",
+        "embedding_weight_copy": "die Kopie des (V, C)-Gewichts von Token-Embedding / lm_head, die autocast "
+        "anlegt",
         "mlp_weight": "ein (4C, C)-Gewicht des MLP (c_fc oder c_proj), sein Gradient oder ein AdamW-Zustand",
         "attn_weight": "das (3C, C)-Gewicht c_attn, sein Gradient oder ein AdamW-Zustand",
     },
     "fr": {
         "logits": "les logits (B·T, V)",
-        "logits_float32": "la copie float32 des log-probabilités (B·T, V) que cross_entropy crée sous autocast "
-        "(nll_loss calcule en float32)",
+        "logits_float32": "la copie float32 des log-probabilités (B·T, V) que cross_entropy crée sous "
+        "autocast (nll_loss calcule en float32)",
         "search_logits": "un tampon de logits (B·T, V)",
-        "search_logits_float32": "un tampon (B·T, V) en float32 (la copie que crée cross_entropy sous autocast, ou les "
-        "logits d'un entraînement en float32)",
+        "search_logits_float32": "un tampon (B·T, V) en float32 (la copie que crée cross_entropy sous "
+        "autocast, ou les logits d'un entraînement en float32)",
         "residual": "une activation (B, T, C) (flux résiduel, sortie de LayerNorm)",
         "hidden": "une activation (B, T, C) (sortie de l'attention ou du MLP)",
         "qkv": "la projection q, k, v (B, T, 3C)",
         "mlp_hidden": "l'activation intermédiaire (B, T, 4C) du MLP (sortie de c_fc ou de GELU)",
-        "attention_scores": "la matrice d'attention (B, n_head, T, T) (seulement sans flash attention, sur le chemin "
-        "d'attention manuel de nanoGPT)",
-        "embedding_weight": "le poids (V, C) de l'embedding des tokens / lm_head, son gradient ou l'un de ses états "
-        "AdamW",
+        "attention_scores": "la matrice d'attention (B, n_head, T, T) (seulement sans flash attention, sur "
+        "le chemin d'attention manuel de nanoGPT)",
+        "embedding_weight": "le poids (V, C) de l'embedding des tokens / lm_head, son gradient ou l'un de "
+        "ses états AdamW",
         "embedding_weight_copy": "la copie par autocast du poids (V, C) de l'embedding des tokens / lm_head",
         "mlp_weight": "un poids (4C, C) du MLP (c_fc ou c_proj), son gradient ou un état AdamW",
         "attn_weight": "le poids c_attn (3C, C), son gradient ou un état AdamW",
@@ -1246,6 +1286,7 @@ def render(result: Explanation, lang: str = "en") -> str:
             states=fmt(s["states_bytes"]),
             states_gb=_gb(s["states_bytes"]),
             card=fmt(s["card_bytes"]),
+            card_gb=_gb(s["card_bytes"]),
             usable=fmt(s["usable_bytes"]),
             margin=fmt(max(0, s["usable_bytes"] - s["states_bytes"])),
             dtype=s["dtype"],
@@ -1255,6 +1296,8 @@ def render(result: Explanation, lang: str = "en") -> str:
     for code in result.diagnosis:
         if code == "other_processes":
             text = msg["other_processes_d" if figs.other_processes is not None else "other_processes_old"]
+        elif code == "too_little_memory" and any(c.startswith("model_states") for c in result.diagnosis):
+            text = msg["too_little_memory_short"]  # no batch-size advice: the model states are the problem
         else:
             text = msg[code]
         lines.append("  - " + text.format(**values))
