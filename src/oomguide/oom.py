@@ -195,7 +195,7 @@ class OOMFigures:
 
 _REQUEST = re.compile(r"Tried to allocate " + _SIZE, re.I)
 _NEW_CAPACITY = re.compile(
-    r"GPU (\d+) has a total capac?ity of " + _SIZE + r" of which " + _SIZE + r" is free", re.I
+    r"GPU (\d+) has a total capac(?:i)?ty of " + _SIZE + r" of which " + _SIZE + r" is free", re.I
 )
 _THIS_PROCESS = re.compile(
     r"Including non-PyTorch memory, this process has " + _SIZE + r" memory in use", re.I

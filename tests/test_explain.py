@@ -1,0 +1,474 @@
+"""`oomguide explain`: both OOM formats, the tensor behind the request, the diagnosis, the links.
+
+Every message here is built by `new_message` / `old_message` from byte figures, with sizes printed the
+way PyTorch's ``format_size`` prints them (written out again below, independently of oomguide's).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oomguide import memory, oom
+from oomguide.cli import main
+from oomguide.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+LOGITS_6_14 = 6_593_445_888  # 32·1024·50304·4 = 64·1024·50304·2 (FACTS 18)
+LOGITS_394 = 412_090_368  # 2·1024·50304·4 (FACTS 19), printed rounded up to 2 MiB
+GPT2_XL_PARAMS = 1_557_611_200
+CARD_24GB = int(23.69 * GiB)  # what PyTorch reports for a "24 GB" card (RTX 3090/4090)
+
+
+# --- messages, built like PyTorch builds them ------------------------------------------------
+def fmt(n: int) -> str:
+    """c10's format_size: bytes up to 1 KiB, then KiB / MiB / GiB with two decimals."""
+    if n <= 1024:
+        return f"{n} bytes"
+    for limit, unit, div in ((MiB, "KiB", KiB), (GiB, "MiB", MiB)):
+        if n <= limit:
+            return f"{n / div:.2f} {unit}"
+    return f"{n / GiB:.2f} GiB"
+
+
+def new_message(req, capacity, free, in_use, allocated, unallocated, processes=(), capacity_word="capacity"):
+    """The 2.1+ message (with optional "Process N has X memory in use." lines for other processes)."""
+    others = "".join(f"Process {pid} has {fmt(n)} memory in use. " for pid, n in processes)
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {fmt(req)}. GPU 0 has a total "
+        f"{capacity_word} of {fmt(capacity)} of which {fmt(free)} is free. {others}Including non-PyTorch memory, "
+        f"this process has {fmt(in_use)} memory in use. Of the allocated memory {fmt(allocated)} is allocated "
+        f"by PyTorch, and {fmt(unallocated)} is reserved by PyTorch but unallocated. If reserved but unallocated "
+        "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
+        "See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-"
+        "variables)\n"
+    )
+
+
+def old_message(req, capacity, allocated, free, reserved):
+    """The pre-2.1 message."""
+    return (
+        f"RuntimeError: CUDA out of memory. Tried to allocate {fmt(req)} (GPU 0; {fmt(capacity)} total capacity; "
+        f"{fmt(allocated)} already allocated; {fmt(free)} free; {fmt(reserved)} reserved in total by PyTorch) If "
+        "reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See "
+        "documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF\n"
+    )
+
+
+def traceback(message: str, in_eval: bool = True) -> str:
+    frames = [
+        'Traceback (most recent call last):\n  File "/home/me/nanoGPT/train.py", line 264, in <module>\n',
+        "    losses = estimate_loss()\n" if in_eval else "    scaler.scale(loss).backward()\n",
+    ]
+    if in_eval:
+        frames.append(
+            '  File "/home/me/nanoGPT/train.py", line 223, in estimate_loss\n    logits, loss = model(X, Y)\n'
+        )
+    frames.append('  File "/home/me/nanoGPT/model.py", line 185, in forward\n    logits = self.lm_head(x)\n')
+    return "".join(frames) + message
+
+
+def msg_6_14(capacity=int(15.77 * GiB)):
+    """FACTS 18: a 16 GB card, the (B·T, V) buffer of 6.14 GiB does not fit."""
+    allocated = int(9.10 * GiB)
+    return new_message(segment(LOGITS_6_14), capacity, int(5.50 * GiB), int(9.75 * GiB), allocated, 200 * MiB)
+
+
+def segment(n):
+    return memory.segment_size(n)
+
+
+def run_main(capsys, *argv, stdin: str | None = None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    rc = main(["explain", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def message_file(tmp_path):
+    def write(text: str, name: str = "oom.txt") -> str:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
+    return write
+
+
+# --- sizes as PyTorch prints them -----------------------------------------------------------
+def test_format_size_is_pytorchs():
+    for n in (0, 512, 1024, 1025, 20 * MiB, MiB, MiB + 1, GiB, GiB + 1, LOGITS_394, LOGITS_6_14):
+        assert oom.format_size(n) == fmt(n)
+    assert fmt(segment(LOGITS_394)) == "394.00 MiB"  # 393 MiB rounded up to the allocator's 2 MiB
+    assert LOGITS_6_14 % (2 * MiB) == 0 and fmt(segment(LOGITS_6_14)) == "6.14 GiB"
+    assert fmt(segment(4 * MiB)) == "20.00 MiB" and fmt(segment(512)) == "2.00 MiB"
+
+
+# --- FACTS 18: 6.14 GiB -----------------------------------------------------------------------
+def test_6_14_gib_is_logits_at_batch_32_float32_and_batch_64_bf16():
+    result = oom.explain(msg_6_14())
+    assert result.matched_by == "search"
+    found = {(m["dtype"], m["batch_size"], m["block_size"], m["vocab_size"]): m for m in result.matches}
+    bf16 = found[(oom.SIXTEEN_BIT, 64, 1024, 50304)]
+    fp32 = found[("float32", 32, 1024, 50304)]
+    assert bf16["bytes"] == fp32["bytes"] == LOGITS_6_14 == 64 * 1024 * 50304 * 2 == 32 * 1024 * 50304 * 4
+    assert bf16["shape"] == [65536, 50304] and fp32["shape"] == [32768, 50304]
+    assert result.matches[0] is bf16 and result.matches[1] is fp32  # block 1024, vocab 50304 first
+    text = oom.render(result, "en")
+    assert (
+        "batch 64 × block 1024 × vocab 50304 × 2 bytes (bfloat16/float16) = 6,593,445,888 bytes → 6.14 GiB"
+        in text
+    )
+    assert "batch 32 × block 1024 × vocab 50304 × 4 bytes (float32) = 6,593,445,888 bytes → 6.14 GiB" in text
+    assert result.diagnosis == ["too_little_memory"]
+
+
+def test_6_14_gib_with_a_config_names_that_configs_bf16_logits(capsys, message_file):
+    path = message_file(msg_6_14())
+    rc, out, err = run_main(
+        capsys, path, "--set", "batch_size=64", "--set", "dtype=bfloat16", "--no-predict", "--json"
+    )
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["matched_by"] == "config"
+    assert data["matches"] == [
+        {
+            "tensor": "logits",
+            "shape": [65536, 50304],
+            "dtype": "bfloat16",
+            "bytes": LOGITS_6_14,
+            "batch_size": 64,
+            "block_size": 1024,
+            "vocab_size": 50304,
+        }
+    ]
+    assert "prediction" not in data
+    assert all(
+        isinstance(v, int) for k, v in data["figures"].items() if k.endswith("_bytes") and v is not None
+    )
+    assert data["figures"]["requested_bytes"] == pytest.approx(LOGITS_6_14, abs=0.005 * GiB)
+    assert data["diagnosis"] == ["too_little_memory"] and data["links"]
+    rc, out, _ = run_main(capsys, path, "--set", "batch_size=64", "--no-predict")
+    assert "In this config, 6.14 GiB is the size of:" in out
+    assert "the (B·T, V) logits: shape (65536, 50304), bfloat16, 6,593,445,888 bytes → 6.14 GiB" in out
+
+
+# --- FACTS 19: 394.00 MiB ---------------------------------------------------------------------
+def test_394_mib_is_the_float32_copy_at_batch_2(capsys, message_file):
+    capacity = int(15.75 * GiB)
+    message = old_message(segment(LOGITS_394), capacity, int(14.20 * GiB), int(250 * MiB), int(14.30 * GiB))
+    plain = oom.explain(message)
+    assert {
+        "dtype": "float32",
+        "batch_size": 2,
+        "block_size": 1024,
+        "vocab_size": 50304,
+        "bytes": LOGITS_394,
+    }.items() <= next(m for m in plain.matches if m["dtype"] == "float32").items()
+
+    # with the config of the report, and the engine's prediction for both phases on the card of the message
+    path = message_file(message)
+    rc, out, err = run_main(capsys, path, "--set", "batch_size=2", "--set", "dtype=float16", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert [(m["tensor"], m["shape"], m["dtype"], m["bytes"], m["batch_size"]) for m in data["matches"]] == [
+        ("logits_float32", [2048, 50304], "float32", LOGITS_394, 2)
+    ]
+    prediction = data["prediction"]
+    assert prediction["gpu_memory_bytes"] == data["figures"]["capacity_bytes"]
+    assert set(prediction["phases"]) == {"train_step", "estimate_loss"}
+    for phase in prediction["phases"].values():
+        assert phase["peak_bytes"] > 0 and phase["fits"] in (True, False)
+        assert phase["fits"] or phase["failing_allocation_bytes"] > 0
+
+
+# --- FACTS 20: gpt2-xl, batch 1, a 24 GB card ---------------------------------------------------
+def test_gpt2_xl_model_states_against_a_24gb_card(capsys, message_file):
+    message = new_message(2 * MiB, CARD_24GB, 1 * MiB, int(23.67 * GiB), int(23.21 * GiB), 150 * MiB)
+    config = load_config([], ["init_from=gpt2-xl", "batch_size=1"])
+    result = oom.explain(message, config, predict=False)
+    states = result.model_states
+    assert states["parameters"] == GPT2_XL_PARAMS
+    assert states["states_bytes"] == 16 * GPT2_XL_PARAMS == 24_921_779_200  # 24.92 GB = 23.21 GiB
+    # 23.21 GiB alone stays below the 23.69 GiB card (and the 23.44 GiB left after the CUDA context) ...
+    assert states["states_bytes"] < memory.usable_bytes(CARD_24GB) < CARD_24GB
+    # ... but not with autocast's bf16 copies of the Linear weights (2 bytes each): 26.11 GiB
+    assert states["states_bytes"] + states["autocast_copies_bytes"] > CARD_24GB
+    assert result.diagnosis[0] == "model_states_with_copies_exceed_card"
+    assert "model_states_exceed_card" not in result.diagnosis
+    text = oom.render(result, "en")
+    assert (
+        "= 23.21 GiB (24.92 GB), which alone fits the 23.44 GiB PyTorch can use of this 23.69 GiB card"
+        in text
+    )
+    assert "it is 26.11 GiB: more than the card" in text
+    assert "smaller batch cannot help" in text
+
+    # "24 GB" in decimal (FACTS 20's wording), as --gpu-memory: the model states alone exceed it
+    path = message_file(message)
+    rc, out, err = run_main(
+        capsys,
+        path,
+        "--set",
+        "init_from=gpt2-xl",
+        "--set",
+        "batch_size=1",
+        "--gpu-memory",
+        "24GB",
+        "--no-predict",
+        "--json",
+    )
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["diagnosis"][0] == "model_states_exceed_card"
+    assert data["model_states"]["card_bytes"] == 24 * 10**9
+    assert data["model_states"]["states_bytes"] > 24 * 10**9
+    assert data["links"][:2] == [
+        "http://127.0.0.1:8000/eval-oom-12gb/#smaller-n-embd",
+        "http://127.0.0.1:8000/where-the-memory-goes/",
+    ]
+    assert not any("reduce-batch-size" in link for link in data["links"])
+
+
+# --- fragmentation and other processes ---------------------------------------------------------
+def test_fragmentation_is_diagnosed():
+    # 3 GiB cached but unallocated, a 2.50 GiB request: the memory was there, not in one piece
+    message = new_message(
+        int(2.5 * GiB), CARD_24GB, int(400 * MiB), int(23.30 * GiB), int(19.90 * GiB), 3 * GiB
+    )
+    result = oom.explain(message)
+    assert "fragmentation" in result.diagnosis and "other_processes" not in result.diagnosis
+    assert ("estimate-loss-oom", "expandable-segments") in result.sections
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in oom.render(result, "en")
+    # the same card with only 150 MiB cached: no fragmentation
+    tight = new_message(
+        int(2.5 * GiB), CARD_24GB, int(400 * MiB), int(23.30 * GiB), int(22.75 * GiB), 150 * MiB
+    )
+    assert oom.explain(tight).diagnosis == ["too_little_memory"]
+
+
+def test_other_processes_are_diagnosed():
+    capacity, free, in_use = CARD_24GB, 300 * MiB, 10 * GiB
+    message = new_message(
+        1 * GiB, capacity, free, in_use, int(9.40 * GiB), 200 * MiB, processes=[(4242, 13 * GiB)]
+    )
+    result = oom.explain(message)
+    figs = result.figures
+    assert figs.processes == [{"pid": 4242, "bytes": 13 * GiB, "printed": "13.00 GiB"}]
+    assert figs.other_processes == pytest.approx(capacity - free - in_use, abs=10 * MiB)
+    assert "other_processes" in result.diagnosis
+    assert ("estimate-loss-oom", "hardware-setup") in result.sections
+    text = oom.render(result, "en")
+    assert "Other processes hold 13.40 GiB of this card" in text and "process 4242: 13.00 GiB" in text
+    # pre-2.1: this process's total is not in the message; what PyTorch does not hold, less 1 GiB for the
+    # CUDA context, is what other processes hold at least
+    old = oom.explain(old_message(1 * GiB, capacity, int(9.40 * GiB), free, int(9.60 * GiB)))
+    assert "other_processes" in old.diagnosis
+    assert "13.80 GiB of the card is not held by PyTorch in this process" in oom.render(old, "en")
+    alone = oom.explain(old_message(1 * GiB, capacity, int(22.60 * GiB), free, int(22.80 * GiB)))
+    assert alone.diagnosis == ["too_little_memory"]  # 600 MiB outside PyTorch: the CUDA context, not others
+
+
+# --- parsing --------------------------------------------------------------------------------------
+def test_both_formats_give_the_same_figures():
+    req, capacity, free, allocated, unallocated = (
+        segment(LOGITS_6_14),
+        int(15.77 * GiB),
+        5 * GiB,
+        9 * GiB,
+        GiB // 4,
+    )
+    new, _ = oom.parse_message(new_message(req, capacity, free, 9 * GiB + GiB // 2, allocated, unallocated))
+    old, _ = oom.parse_message(old_message(req, capacity, allocated, free, allocated + unallocated))
+    assert (new.format, old.format) == ("2.1+", "pre-2.1")
+    for name in ("requested", "capacity", "free", "allocated", "reserved_unallocated", "reserved", "gpu"):
+        assert getattr(new, name) == getattr(old, name), name
+    assert abs(new.requested - LOGITS_6_14) <= 0.005 * GiB  # "6.14 GiB": two decimals
+    assert new.in_use is not None and old.in_use is None
+    assert new.non_pytorch == pytest.approx(GiB // 4, abs=6 * MiB)  # in use − allocated − unallocated
+
+
+def test_capacty_typo_and_wrapped_lines_parse():
+    figures = dict(
+        req=2 * GiB,
+        capacity=int(7.79 * GiB),
+        free=int(1.2 * GiB),
+        in_use=int(6.4 * GiB),
+        allocated=int(6.0 * GiB),
+        unallocated=int(100 * MiB),
+    )
+    right, _ = oom.parse_message(new_message(**figures))
+    typo, _ = oom.parse_message(new_message(**figures, capacity_word="capacty"))
+    wrapped, _ = oom.parse_message(
+        new_message(**figures).replace(" is free. ", " is free.\n").replace(" and ", "\nand ")
+    )
+    assert right == typo == wrapped
+
+
+def test_traceback_through_estimate_loss_links_the_eval_pages():
+    result = oom.explain(traceback(msg_6_14()))
+    assert result.context == "estimate_loss"
+    links = [oom.guide_url(p, a, "en") for p, a in result.sections]
+    for expected in (
+        "estimate-loss-oom/#reduce-batch-size",
+        "eval-oom-12gb/#eval-batch-size",
+        "beyond/#chunked-loss",
+    ):
+        assert f"http://127.0.0.1:8000/{expected}" in links
+    train = oom.explain(traceback(msg_6_14(), in_eval=False))
+    assert train.context == "train_step"
+    assert train.sections[:2] == [("estimate-loss-oom", "reduce-batch-size"), ("beyond", "chunked-loss")]
+
+
+def test_the_last_of_several_messages_is_explained():
+    first = new_message(20 * MiB, CARD_24GB, 10 * MiB, 23 * GiB, 22 * GiB, 50 * MiB)
+    text = (
+        traceback(first)
+        + "\nDuring handling of the above exception, another exception occurred:\n\n"
+        + msg_6_14()
+    )
+    result = oom.explain(text)
+    assert result.messages_found == 2 and result.figures.printed["requested"] == "6.14 GiB"
+
+
+def test_small_and_huge_requests():
+    small = oom.explain(new_message(20 * MiB, CARD_24GB, 10 * MiB, 23 * GiB, 22 * GiB, 50 * MiB))
+    assert small.matched_by == "small" and small.matches == []
+    huge = oom.explain(new_message(130_000 * GiB, CARD_24GB, 16 * GiB, 7 * GiB, int(5.4 * GiB), GiB))
+    assert "too_little_memory" in huge.diagnosis
+    assert "larger than the whole card" in oom.render(huge, "en")
+
+
+# --- languages and links -----------------------------------------------------------------------
+def test_catalogue_is_complete_in_every_language():
+    for table in (oom.MESSAGES, oom.TENSOR_NAMES):
+        assert set(table) == set(oom.LANGS)
+        for lang in oom.LANGS:
+            assert set(table[lang]) == set(table["en"]), lang
+            for key, text in table[lang].items():
+                fields = set(re.findall(r"\{(\w+)\}", text))
+                assert fields == set(re.findall(r"\{(\w+)\}", table["en"][key])), (lang, key)
+
+
+def test_japanese_output_and_links(capsys, message_file, monkeypatch):
+    monkeypatch.delenv(oom.SITE_URL_ENV, raising=False)
+    rc, out, err = run_main(capsys, message_file(traceback(msg_6_14())), "--lang", "ja")
+    assert rc == 0, err
+    assert "読み取った数値" in out and "診断" in out and "評価中にメモリが不足しました" in out
+    links = re.findall(r"http://\S+", out)
+    assert links and all(link.startswith("http://127.0.0.1:8000/ja/") for link in links)
+    for lang in oom.LANGS:  # every language renders, with its own links
+        text = oom.render(oom.explain(msg_6_14()), lang)
+        assert oom.MESSAGES[lang]["h_diagnosis"] in text
+        prefix = "http://127.0.0.1:8000/" + ("" if lang == "en" else f"{lang}/")
+        assert all(link.startswith(prefix) for link in re.findall(r"http://\S+", text))
+
+
+def test_site_url_from_the_environment(monkeypatch):
+    monkeypatch.setenv(oom.SITE_URL_ENV, "https://example.org/oomguide/")
+    assert (
+        oom.guide_url("beyond", "chunked-loss", "en") == "https://example.org/oomguide/beyond/#chunked-loss"
+    )
+    assert (
+        oom.guide_url("where-the-memory-goes", None, "zh")
+        == "https://example.org/oomguide/zh/where-the-memory-goes/"
+    )
+    with pytest.raises(KeyError):
+        oom.guide_url("beyond", "no-such-anchor", "en")
+
+
+SECTIONS = [(lang, page) for lang in oom.LANGS for page, anchors in oom.GUIDE_SECTIONS.items() if anchors]
+
+
+@pytest.mark.parametrize(("lang", "page"), SECTIONS, ids=[f"{lang}/{page}" for lang, page in SECTIONS])
+def test_every_linked_anchor_exists(lang, page):
+    """explain links to `{page}/#{anchor}`: each anchor is a heading attribute `{ #anchor }` of the page."""
+    path = ROOT / "docs" / lang / f"{page}.md"
+    assert path.is_file(), f"{path.relative_to(ROOT)} is missing"
+    text = path.read_text(encoding="utf-8")
+    missing = [
+        a
+        for a in oom.GUIDE_SECTIONS[page]
+        if not re.search(r"\{\s*#" + re.escape(a) + r"(\s[^}]*)?\s*\}", text)
+    ]
+    assert not missing, f"{path.relative_to(ROOT)} lacks the anchors {missing}"
+
+
+def test_the_notebook_page_exists():
+    assert any(
+        (ROOT / "docs" / "en" / f"where-the-memory-goes{ext}").is_file() for ext in (".ipynb", ".md", ".py")
+    )
+
+
+# --- bad input: one line on stderr, exit 2, no traceback ----------------------------------------
+def _one_line_error(err: str) -> None:
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "says"),
+    [
+        ((), "", "empty"),
+        ((), "step 0: train loss 10.9, val loss 10.9\n", "no CUDA out-of-memory message"),
+        ((), "RuntimeError: CUDA error: out of memory\n", "no 'Tried to allocate"),
+        ((), "CUDA out of memory. Tried to allocate 2.00 GiB\n", "paste the whole message"),
+        (("/no/such/oom.txt",), None, "file not found"),
+        (("-", "--set", "batch_size=abc"), "MSG", "batch_size must be int"),
+        (("-", "--set", "batch_size"), "MSG", "not key=value"),
+    ],
+)
+def test_bad_input_in_process(capsys, monkeypatch, args, stdin, says):
+    stdin = msg_6_14() if stdin == "MSG" else stdin
+    rc, out, err = run_main(capsys, *args, stdin=stdin, monkeypatch=monkeypatch)
+    assert rc == 2 and out == ""
+    _one_line_error(err)
+    assert err.startswith("oomguide explain: error: ") and says in err
+
+
+def test_bad_language_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["explain", "--lang", "xx"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    _one_line_error(err)
+    assert "--lang" in err
+
+
+def test_cli_as_a_subprocess(tmp_path):
+    """The real command line, as a user runs it (each process pays for importing torch)."""
+    good = tmp_path / "oom.txt"
+    good.write_text(traceback(msg_6_14()), encoding="utf-8")
+    cases = {  # a few, side by side: every bad input also runs in-process above
+        "good": (["-"], good.read_text()),
+        "missing": ([str(tmp_path / "missing.txt")], None),
+        "no-oom": (["-"], "nothing to see here\n"),
+        "lang": ([str(good), "--lang", "xx"], None),
+    }
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "oomguide", "explain", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
+        for name, (args, _) in cases.items()
+    }
+    results = {name: (p.communicate(cases[name][1], timeout=120), p.returncode) for name, p in procs.items()}
+    (out, err), rc = results.pop("good")
+    assert rc == 0, err
+    assert "6.14 GiB" in out and "http://127.0.0.1:8000/eval-oom-12gb/#eval-batch-size" in out
+    for name, ((out, err), rc) in results.items():
+        assert rc == 2, (name, err)
+        assert out == ""
+        _one_line_error(err)
