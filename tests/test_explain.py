@@ -420,6 +420,11 @@ def _one_line_error(err: str) -> None:
         ((), "", "empty"),
         ((), "step 0: train loss 10.9, val loss 10.9\n", "no CUDA out-of-memory message"),
         ((), "RuntimeError: CUDA error: out of memory\n", "no 'Tried to allocate"),
+        (
+            (),
+            "RuntimeError: MPS backend out of memory (MPS allocated: 1.2 GB). Tried to allocate 256.00 MB",
+            "MPS",
+        ),
         ((), "CUDA out of memory. Tried to allocate 2.00 GiB\n", "paste the whole message"),
         (("/no/such/oom.txt",), None, "file not found"),
         (("-", "--set", "batch_size=abc"), "MSG", "batch_size must be int"),
@@ -448,7 +453,7 @@ def test_cli_as_a_subprocess(tmp_path):
     good = tmp_path / "oom.txt"
     good.write_text(traceback(msg_6_14()), encoding="utf-8")
     cases = {  # a few, side by side: every bad input also runs in-process above
-        "good": (["-"], good.read_text()),
+        "good": ([], good.read_text()),  # FILE defaults to stdin
         "missing": ([str(tmp_path / "missing.txt")], None),
         "no-oom": (["-"], "nothing to see here\n"),
         "lang": ([str(good), "--lang", "xx"], None),

@@ -306,6 +306,8 @@ def parse_message(text: str, source: str = "the input") -> tuple[OOMFigures, int
     flat = re.sub(r"\s+", " ", text)
     starts = [m.start() for m in _REQUEST.finditer(flat)]
     if not starts:
+        if re.search(r"MPS backend out of memory", flat, re.I):
+            raise ExplainError(f"{source} holds an Apple MPS out-of-memory message; oomguide explains CUDA's")
         if re.search(r"out of memory", flat, re.I):
             raise ExplainError(
                 f"{source} says 'out of memory' but has no 'Tried to allocate …': that is not the "
@@ -509,22 +511,26 @@ def choose_sections(
         picks.append(("estimate-loss-oom", "expandable-segments"))
     if "other_processes" in codes:
         picks.append(("estimate-loss-oom", "hardware-setup"))
-    if not states_too_large:
-        tensors = {m["tensor"] for m in matches}
-        if context == "estimate_loss":
-            picks += [
-                ("estimate-loss-oom", "reduce-batch-size"),
-                ("eval-oom-12gb", "eval-batch-size"),
-                ("beyond", "chunked-loss"),
-                ("beyond", "drop-stale-logits"),
-            ]
-        elif tensors & set(LOGITS_TENSORS):
-            picks += [("estimate-loss-oom", "reduce-batch-size"), ("beyond", "chunked-loss")]
-        elif tensors & set(ACTIVATION_TENSORS):
-            picks += [("estimate-loss-oom", "reduce-batch-size"), ("eval-oom-12gb", "gradient-checkpointing")]
-    if not picks or picks == [("estimate-loss-oom", "hardware-setup")] and "too_little_memory" in codes:
-        picks += [("estimate-loss-oom", "root-causes"), ("where-the-memory-goes", None)]
-    return list(dict.fromkeys(picks))
+    fixes: list[
+        tuple[str, str | None]
+    ] = []  # what to make smaller, by where it ran out and what it asked for
+    tensors = {m["tensor"] for m in matches}
+    if states_too_large:
+        pass  # no batch size helps: the sections above are the fix
+    elif context == "estimate_loss":
+        fixes = [
+            ("estimate-loss-oom", "reduce-batch-size"),
+            ("eval-oom-12gb", "eval-batch-size"),
+            ("beyond", "chunked-loss"),
+            ("beyond", "drop-stale-logits"),
+        ]
+    elif tensors & set(LOGITS_TENSORS):
+        fixes = [("estimate-loss-oom", "reduce-batch-size"), ("beyond", "chunked-loss")]
+    elif tensors & set(ACTIVATION_TENSORS):
+        fixes = [("estimate-loss-oom", "reduce-batch-size"), ("eval-oom-12gb", "gradient-checkpointing")]
+    elif "too_little_memory" in codes or not picks:
+        fixes = [("estimate-loss-oom", "root-causes"), ("where-the-memory-goes", None)]
+    return list(dict.fromkeys(picks + fixes))
 
 
 # --------------------------------------------------------------------------------------------
