@@ -1,0 +1,21 @@
+# ruff: noqa: F821
+# nanoGPT train.py: replace get_batch() with this one. It reads train.py's data_dir, batch_size,
+# block_size, device and device_type. Training calls stay get_batch('train'); in estimate_loss(),
+# call get_batch(split, eval_block_size) for BOTH splits, and add `eval_block_size = 512` to the config.
+import os
+
+import numpy as np
+import torch
+
+
+def get_batch(split, length=None):
+    length = length or block_size  # evaluation may ask for shorter sequences
+    data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
+    ix = torch.randint(len(data) - length, (batch_size,))
+    x = torch.stack([torch.from_numpy(data[i : i + length].astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + length].astype(np.int64)) for i in ix])
+    if device_type == "cuda":
+        x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    else:
+        x, y = x.to(device), y.to(device)
+    return x, y
