@@ -168,15 +168,29 @@ class Runner:
             loop.write_dataset(path, vocab_size)
         return path
 
-    def phase(self, config, phase: str, state: str = "training", label: str = "") -> memory.PhaseResult:
-        """The peak of `phase` for `config` on this machine's path, logged in the summary."""
+    def phase(
+        self,
+        config,
+        phase: str,
+        state: str = "training",
+        label: str = "",
+        *,
+        source: memory.ModelSource | None = None,
+        stale_logits: bool = True,
+    ) -> memory.PhaseResult:
+        """The peak of `phase` for `config` on this machine's path, logged in the summary.
+
+        `source`: the GPT class to run (a snippet's change to nanoGPT's model); `stale_logits`: see
+        ``memory.predict``.
+        """
+        extra = dict(state=state, source=source, stale_logits=stale_logits)
         if self.cuda:
             result = memory.measure(
-                config, phase, self.data_dir(config.gpt_config().vocab_size), self.gpu_memory, state=state
+                config, phase, self.data_dir(config.gpt_config().vocab_size), self.gpu_memory, **extra
             )
             how = f"CUDA run on {memory.cuda_device_name()} under {self.budget_text}: measured peak"
         else:
-            result = memory.predict(config, phase, self.gpu_memory, state=state)
+            result = memory.predict(config, phase, self.gpu_memory, **extra)
             how = f"CPU path: predicted full-scale peak for a {self.budget_text} card"
         verdict = "fits" if result.fits else "does not fit"
         _LINES.append(
