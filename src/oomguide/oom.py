@@ -808,7 +808,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "Block 64–2048, Batch 1–512).",
         "hint_config": "Mit Ihrer Konfiguration (--config DATEI, --set key=value) vergleicht oomguide auch "
         "mit den Aktivierungen und Gewichten Ihres Modells und sagt den Speicher jeder Phase voraus.",
-        "h_prediction": "Vorhersage für diese Konfiguration auf einer {card}-Karte ({usable} für PyTorch "
+        "h_prediction": "Vorhersage für diese Konfiguration auf einer Karte mit {card} ({usable} für PyTorch "
         "nach dem CUDA-Kontext)",
         "pred_fits": "{phase}: vorhergesagte Spitze {peak}, passt",
         "pred_no": "{phase}: vorhergesagte Spitze {peak}, passt nicht; die erste Allokation, die scheitert: "
@@ -820,11 +820,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "Skripts, Fragmentierung, andere Prozesse), oder die Konfiguration weicht von der des Laufs ab.",
         "h_diagnosis": "Diagnose",
         "too_little_memory": "Zu wenig Speicher: Die lebenden Tensoren von PyTorch belegen {allocated} der "
-        "{capacity}-Karte, und die Anforderung von {req} passte nicht in den Rest ({free} frei, {unalloc} "
+        "Karte ({capacity}), und die Anforderung von {req} passte nicht in den Rest ({free} frei, {unalloc} "
         "im Cache). Halten Sie weniger Speicher gleichzeitig am Leben: eine kleinere Batchgröße, ein "
         "kürzerer Block oder ein in Stücken berechneter Loss.",
         "too_little_memory_short": "Zu wenig Speicher: Die lebenden Tensoren von PyTorch belegen {allocated}"
-        " der {capacity}-Karte, und die Anforderung von {req} passte nicht in den Rest ({free} frei, "
+        " der Karte ({capacity}), und die Anforderung von {req} passte nicht in den Rest ({free} frei, "
         "{unalloc} im Cache).",
         "too_little_huge": "Schon die Anforderung allein ({req}) ist größer als die ganze Karte ({capacity}"
         "): Keine Allokator-Einstellung hilft, dieser Tensor muss kleiner werden.",
@@ -844,13 +844,13 @@ MESSAGES: dict[str, dict[str, str]] = {
         "Modell (n_layer, n_embd) oder nehmen Sie eine Karte mit mehr Speicher.",
         "model_states_with_copies_exceed_card": "Die Modellzustände füllen die Karte: {params} Parameter × "
         "16 Bytes (float32-Gewichte, Gradienten sowie exp_avg und exp_avg_sq von AdamW) = {states} ("
-        "{states_gb}); allein passt das in die {usable}, die PyTorch von dieser {card}-Karte nutzen kann, "
+        "{states_gb}); allein passt das in die {usable}, die PyTorch von dieser Karte ({card}) nutzen kann, "
         "mit {margin} Luft. Mit den {dtype}-Kopien der Gewichte, die autocast während Forward und Backward "
         "hält ({copies}), sind es {total}: mehr als die Karte, noch vor jeder Aktivierung. Eine kleinere "
         "Batchgröße hilft nicht; trainieren Sie ein kleineres Modell (n_layer, n_embd) oder nehmen Sie eine "
         "Karte mit mehr Speicher.",
         "model_states_info": "Modellzustände: {params} Parameter × 16 Bytes = {states} ({states_gb}) auf "
-        "einer {card}-Karte.",
+        "einer Karte mit {card}.",
         "h_links": "Weiterlesen",
     },
     "fr": {
