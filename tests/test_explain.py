@@ -452,10 +452,9 @@ def test_cli_as_a_subprocess(tmp_path):
     """The real command line, as a user runs it (each process pays for importing torch)."""
     good = tmp_path / "oom.txt"
     good.write_text(traceback(msg_6_14()), encoding="utf-8")
-    cases = {  # a few, side by side: every bad input also runs in-process above
+    cases = {  # one per exit path, side by side; every bad input also runs in-process above
         "good": ([], good.read_text()),  # FILE defaults to stdin
         "missing": ([str(tmp_path / "missing.txt")], None),
-        "no-oom": (["-"], "nothing to see here\n"),
         "lang": ([str(good), "--lang", "xx"], None),
     }
     procs = {
