@@ -186,6 +186,9 @@ def main(argv=None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head` and closed: nothing left to say
+        sys.stdout = None
+        return EXIT_FITS
 
 
 if __name__ == "__main__":
