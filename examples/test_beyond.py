@@ -113,6 +113,8 @@ def test_chunked_loss_peaks(snippet, figure, runner, report):
     config = load_config()
     rows = config.batch_size * config.block_size
     figure("rows", rows, "int")
+    figure("vocab_size", config.vocab_size, "int")
+    figure("block_size", config.block_size, "int")
     figure("chunk_size", chunked.LOSS_CHUNK_SIZE, "int")
     figure("n_chunks", -(-rows // chunked.LOSS_CHUNK_SIZE), "int")
     figure("logits_bytes", rows * config.vocab_size * 2, "gib")
@@ -224,8 +226,32 @@ def test_four_gb_card(snippet, figure, runner, report):
         result = runner.phase(config, phase, label=f"4 GB card ({phase})", source=source, stale_logits=False)
         assert result.peak_bytes <= FOUR_GB_TARGET, memory.fmt_bytes(result.peak_bytes)
         lines.append(f"{phase} {memory.fmt_bytes(result.peak_bytes)} ({result.mode})")
+    # the page's advice: the chunked loss alone saves the most memory, and (below) costs the least compute
+    for phase in memory.PHASES:
+        assert (
+            predicted(snippet, "chunked", phase).peak_bytes
+            <= predicted(snippet, "checkpoint", phase).peak_bytes
+        )
     figure("four_gb_headroom", FOUR_GB_CARD - memory.CONTEXT_BYTES - FOUR_GB_TARGET, "mib")
     report("4 GB card: " + ", ".join(lines) + f" <= target {memory.fmt_bytes(FOUR_GB_TARGET)}")
+
+
+def test_four_gb_run_command(snippet):
+    """The page's command runs this module's 4 GB tests under the 4 GB card's budget."""
+    import shlex
+
+    lines = [
+        ln for ln in snippet.path("beyond/four-gb-run.sh").read_text().splitlines() if not ln.startswith("#")
+    ]
+    args = shlex.split(lines[0])
+    assert args[:2] == ["pytest", "examples/test_beyond.py"]
+    keyword = args[args.index("-k") + 1]
+    assert [name for name in globals() if name.startswith("test_") and keyword in name] == [
+        "test_four_gb_card",
+        "test_four_gb_run_command",
+        "test_four_gb_model_trains_like_nanogpt",
+    ]
+    assert memory.parse_size(args[args.index("--gpu-memory") + 1]) == FOUR_GB_CARD
 
 
 def test_four_gb_model_trains_like_nanogpt(snippet, report):
@@ -346,6 +372,7 @@ def test_time_cost(snippet, figure, report):
     rounds = step_seconds(models)
     seconds = {name: statistics.median(r[name] for r in rounds) for name in models}
     expected = expected_ratios(gpt2)
+    assert expected["chunked"] < expected["checkpoint"] < expected["both"]
     for name in ("checkpoint", "chunked", "both"):
         # the median over rounds of the ratio to the plain model's step in the same round
         ratio = statistics.median(r[name] / r["plain"] for r in rounds)
@@ -353,6 +380,11 @@ def test_time_cost(snippet, figure, report):
         figure(f"time_ratio_{name}", ratio, "ratio", rel=0.5)
         figure(f"flops_ratio_{name}", expected[name], "ratio")
     figure("timing_step_seconds", seconds["plain"], "seconds", rel=0.9)
+    figure("timing_n_layer", small.n_layer, "int")
+    figure("timing_n_embd", small.n_embd, "int")
+    figure("timing_vocab_size", small.vocab_size, "int")
+    figure("timing_tokens", TIMING_BATCH * small.block_size, "int")
+    figure("timing_rounds", REPEATS, "int")
     report(
         "time per train step (CPU, small model): "
         + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in seconds.items())
