@@ -145,10 +145,8 @@ def test_chunked_loss_peaks(snippet, figure, runner, report):
 
 # --- 2. drop the stale logits --------------------------------------------------------------------
 def test_drop_stale_logits_frees_them_before_estimate_loss(snippet):
-    """The train.py lines, run as train.py runs them: the logits are gone when estimate_loss() starts."""
+    """The train.py line, run where train.py would run it: the logits are gone when estimate_loss() starts."""
     code = compile(snippet.path(STALE).read_text(encoding="utf-8"), STALE, "exec")
-    logits = torch.empty(12, 64, 128)
-    ref = weakref.ref(logits)
     seen = {}
 
     def estimate_loss():
@@ -156,11 +154,14 @@ def test_drop_stale_logits_frees_them_before_estimate_loss(snippet):
         seen["alive"] = ref() is not None
         return {"train": 0.0, "val": 0.0}
 
+    # train.py's globals at an evaluation: the last micro-step's logits are still referenced
     namespace = dict(iter_num=2000, eval_interval=2000, master_process=True, estimate_loss=estimate_loss)
-    namespace["logits"] = logits
-    del logits
-    exec(code, namespace)
-    assert seen == {"alive": False} and namespace["losses"] == {"train": 0.0, "val": 0.0}
+    namespace["logits"] = torch.empty(12, 64, 128)
+    ref = weakref.ref(namespace["logits"])
+    if namespace["iter_num"] % namespace["eval_interval"] == 0 and namespace["master_process"]:
+        exec(code, namespace)  # the snippet's line, just before losses = estimate_loss()
+        namespace["losses"] = namespace["estimate_loss"]()
+    assert seen == {"alive": False} and namespace["logits"] is None
 
 
 def test_drop_stale_logits_saving(snippet, figure, runner, report):

@@ -13,7 +13,9 @@ def chunk_loss_sum(lm_head, x, targets):
 def forward(self, idx, targets=None):
     device = idx.device
     b, t = idx.size()
-    assert t <= self.config.block_size, f"Cannot forward sequence of length {t}, block size is only {self.config.block_size}"
+    assert t <= self.config.block_size, (
+        f"Cannot forward sequence of length {t}, block size is only {self.config.block_size}"
+    )
     pos = torch.arange(0, t, dtype=torch.long, device=device)  # shape (t)
     tok_emb = self.transformer.wte(idx)  # token embeddings of shape (b, t, n_embd)
     pos_emb = self.transformer.wpe(pos)  # position embeddings of shape (t, n_embd)
