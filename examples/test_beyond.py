@@ -114,7 +114,7 @@ def test_chunked_loss_peaks(snippet, figure, runner, report):
     rows = config.batch_size * config.block_size
     figure("rows", rows, "int")
     figure("vocab_size", config.vocab_size, "int")
-    figure("block_size", config.block_size, "int")
+    figure("block_size", config.block_size, "code")
     figure("chunk_size", chunked.LOSS_CHUNK_SIZE, "int")
     figure("n_chunks", -(-rows // chunked.LOSS_CHUNK_SIZE), "int")
     figure("logits_bytes", rows * config.vocab_size * 2, "gib")
@@ -382,7 +382,7 @@ def test_time_cost(snippet, figure, report):
         figure(f"flops_ratio_{name}", expected[name], "ratio")
     figure("timing_step_seconds", seconds["plain"], "seconds", rel=0.9)
     figure("timing_n_layer", small.n_layer, "int")
-    figure("timing_n_embd", small.n_embd, "int")
+    figure("timing_n_embd", small.n_embd, "code")
     figure("timing_vocab_size", small.vocab_size, "int")
     figure("timing_tokens", TIMING_BATCH * small.block_size, "int")
     figure("timing_rounds", REPEATS, "int")

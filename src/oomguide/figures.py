@@ -20,7 +20,7 @@ LANGS = ("en", "ja", "zh", "de", "fr")
 # {{ key }} or {{ page.key }}; keys are [a-z0-9_], pages are file stems.
 PLACEHOLDER = re.compile(r"\{\{\s*(?:(?P<page>[a-z0-9][a-z0-9-]*)\.)?(?P<key>[a-z0-9_]+)\s*\}\}")
 
-UNITS = ("gib", "mib", "int", "millions", "ratio", "percent", "seconds", "float")
+UNITS = ("gib", "mib", "int", "code", "millions", "ratio", "percent", "seconds", "float")
 
 _BYTE_UNITS = {
     # unit -> (divisor, symbol per language)
@@ -69,6 +69,8 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
         return f"{_number(value / divisor, 2 if decimals is None else decimals, lang)} {symbols.get(lang, default)}"
     if unit == "int":
         return _number(round(value), 0, lang)
+    if unit == "code":  # a value inside code (`block_size = 1024`): Python's spelling in every language
+        return str(round(value))
     if unit == "millions":
         return _number(value / 1e6, 2 if decimals is None else decimals, lang) + "M"
     if unit == "ratio":
