@@ -26,7 +26,8 @@ class SiteBuild:
 def site_build(tmp_path_factory) -> SiteBuild:
     """`mkdocs build --strict` of the whole site (five languages), once, into a temp dir."""
     site = tmp_path_factory.mktemp("site")
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", PYTHONUNBUFFERED="1")
+    # OOMGUIDE_NOTEBOOK_CACHE=false: the notebooks are executed, never taken from mkdocs-jupyter's cache
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", PYTHONUNBUFFERED="1", OOMGUIDE_NOTEBOOK_CACHE="false")
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--clean", "--site-dir", str(site)],

@@ -159,21 +159,44 @@ def check_pages_exist(root: Path) -> list[str]:
     return errors
 
 
+def notebook_markdown(path: Path) -> list[tuple[int, str]]:
+    """(cell number, source) of each Markdown cell of a notebook."""
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    return [
+        (n, "".join(c.get("source", "")) if isinstance(c.get("source"), list) else c.get("source", ""))
+        for n, c in enumerate(cells, 1)
+        if c.get("cell_type") == "markdown"
+    ]
+
+
+def parse_page(path: Path) -> tuple[Parsed, str]:
+    """A page's structure; a notebook's comes from its Markdown cells ("cell N" for lines)."""
+    if path.suffix != ".ipynb":
+        text = path.read_text(encoding="utf-8")
+        return parse_markdown(text), text
+    out = Parsed()
+    for n, source in notebook_markdown(path):
+        p = parse_markdown(source)
+        out.headings += [(f"cell {n}", level, title, anchor) for _, level, title, anchor in p.headings]
+        out.includes += [(f"cell {n}", inc) for _, inc in p.includes]
+        out.admonitions += [(f"cell {n}", kind) for _, kind in p.admonitions]
+    return out, ""  # a notebook's placeholders are not rendered: it computes its own numbers
+
+
 def check_structure(root: Path) -> list[str]:
-    """Explicit English anchors on headings; same anchors, includes, admonitions, figures as English."""
+    """Explicit English anchors on headings; same anchors, includes, admonitions, figures as English.
+
+    Notebooks too: a heading in a Markdown cell takes the same { #anchor } as on a page."""
     pages = lang_pages(root)
     errors = []
     for name in pages[DEFAULT]:
-        if not name.endswith(".md"):
-            continue
         stem = Path(name).stem
         parsed = {}
         for lang in LANGS:
             path = pages[lang].get(name)
             if path is None:
                 continue  # reported by check_pages_exist
-            text = path.read_text(encoding="utf-8")
-            p = parse_markdown(text)
+            p, text = parse_page(path)
             parsed[lang] = (p, figures.placeholders(text, stem))
             where = f"docs/{lang}/{name}"
             for line, level, title, anchor in p.headings:

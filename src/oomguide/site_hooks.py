@@ -5,6 +5,10 @@ Two jobs:
 * **Figures.** Every page's Markdown goes through :func:`oomguide.figures.render`, so a
   ``{{ key }}`` placeholder becomes the figure the examples computed, formatted for the
   page's language. A missing figure fails the build with the file and the key.
+* **Notebook headings.** A heading in a notebook's Markdown cell takes an explicit English
+  anchor like a page's, ``## 内訳 { #the-breakdown }``; nbconvert would give a Japanese or
+  Chinese heading an empty id and mkdocs-jupyter's table of contents ``#_1``, so the hook sets
+  the ids and the table of contents from those anchors (see ``on_page_content``).
 * **Notebooks as pages.** mkdocs-static-i18n rebuilds every File of the docs folder as a
   plain ``File`` (priority -100), which turns mkdocs-jupyter's notebook pages back into
   static downloads (mkdocs-static-i18n issue #198). After it (priority -150), the notebook
@@ -20,9 +24,11 @@ formatted the English way, like its text.
 from __future__ import annotations
 
 import fnmatch
+import html as htmllib
 import os
 import posixpath
-from pathlib import PurePosixPath
+import re
+from pathlib import Path, PurePosixPath
 
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
@@ -41,6 +47,8 @@ def page_lang_and_stem(src_uri: str) -> tuple[str, str]:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    if isinstance(page.file, NotebookPage):
+        return markdown  # a notebook computes its numbers itself, executed at every build
     lang, stem = page_lang_and_stem(page.file.src_uri)
     try:
         return figures.render(markdown, stem, lang)
@@ -98,6 +106,70 @@ def _as_page(file: File, config, dest: str) -> NotebookPage:
     return page
 
 
+_HEADING = re.compile(r"<h(?P<level>[1-6])(?P<attrs>[^>]*)>(?P<body>.*?)</h(?P=level)>", re.S)
+_ANCHOR_LINK = re.compile(r'<a class="anchor-link"[^>]*>.*?</a>', re.S)
+_EXPLICIT = re.compile(r"\s*\{\s*#(?P<id>[A-Za-z0-9_-]+)\s*\}\s*$")
+_ID = re.compile(r'\sid="(?P<id>[^"]*)"')
+
+
+def _flatten(toc) -> list:
+    out = []
+    for item in toc:
+        out.append(item)
+        out.extend(_flatten(item.children))
+    return out
+
+
+def _text(fragment: str) -> str:
+    return " ".join(htmllib.unescape(re.sub(r"<[^>]+>", "", fragment)).split())
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """Notebook pages: heading ids from their { #anchor }, unique and non-empty, and a table of
+    contents that points at them."""
+    if not isinstance(page.file, NotebookPage):
+        return html
+    seen: set[str] = set()
+    headings: list[tuple[str, str]] = []  # (id, title) in document order
+
+    def fix(match: re.Match) -> str:
+        attrs, body = match["attrs"], match["body"]
+        found = _ID.search(attrs)
+        old = found["id"] if found else ""
+        link = _ANCHOR_LINK.search(body)
+        text_part = body[: link.start()] if link else body
+        explicit = _EXPLICIT.search(text_part)
+        if explicit:
+            text_part = text_part[: explicit.start()]
+            new = explicit["id"]
+        else:
+            new = old if old and old not in seen else f"section-{len(headings) + 1}"
+        while new in seen:
+            new += "-1"
+        seen.add(new)
+        headings.append((new, _text(text_part)))
+        attrs = _ID.sub(f' id="{new}"', attrs) if found else f'{attrs} id="{new}"'
+        anchor = f'<a class="anchor-link" href="#{new}">¶</a>' if link else ""
+        return f"<h{match['level']}{attrs}>{text_part}{anchor}</h{match['level']}>"
+
+    html = _HEADING.sub(fix, html)
+    items = _flatten(page.toc)
+    if len(items) == len(headings):
+        pairs = zip(items, headings, strict=True)
+    else:  # match by title when a heading is missing from the table of contents
+        by_title = {title: (hid, title) for hid, title in headings}
+        pairs = [
+            (item, by_title[_text(_EXPLICIT.sub("", item.title))])
+            for item in items
+            if _text(_EXPLICIT.sub("", item.title)) in by_title
+        ]
+    for item, (hid, title) in pairs:
+        item.id, item.title = hid, title
+    if page.title:
+        page.title = _EXPLICIT.sub("", str(page.title))
+    return html
+
+
 @event_priority(-150)  # after mkdocs-static-i18n (-100), which made the notebooks plain files
 def on_files(files: Files, config) -> Files:
     patterns = _notebook_patterns(config)
@@ -141,3 +213,24 @@ def on_files(files: Files, config) -> Files:
     if i18n is not None and hasattr(i18n, "i18n_files_per_language"):
         i18n.i18n_files_per_language[current] = files.documentation_pages()
     return files
+
+
+# --- notebook cache -----------------------------------------------------------------------
+
+
+@event_priority(100)  # before mkdocs-jupyter's own on_post_build
+def on_post_build(config) -> None:
+    """Keep mkdocs-jupyter's cache across languages.
+
+    mkdocs-jupyter deletes the cache files that the build did not use. Under static-i18n each
+    language is a build of its own, so each would delete the other languages' notebooks and
+    `mkdocs serve` would execute all five on every change. With the cache off (the tests and
+    .ci/run), there is nothing to keep.
+    """
+    plugin = config.plugins.get("mkdocs-jupyter")
+    if plugin is None or not plugin.config.get("cache"):
+        return
+    used = getattr(plugin, "_used_cache_paths", None)
+    cache_dir = Path(plugin.config["cache_dir"])
+    if used is not None and cache_dir.is_dir():
+        used.update(cache_dir.glob("*.json"))
