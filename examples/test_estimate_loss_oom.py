@@ -238,25 +238,33 @@ def test_fix_eval_settings(snippet, figure, report):
     assert peaks[1] == peaks[3]
     figure("eval_forwards_per_iter_before", 2 * before.eval_iters / before.eval_interval, "float")
     figure("eval_forwards_per_iter_after", 2 * config.eval_iters / config.eval_interval, "float")
-    # time is proportional to eval_iters: a real small model on the CPU
+    # time is proportional to eval_iters: count the real forward passes of a small model, and time them
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=512))
     batches = {s: (torch.randint(0, 512, (4, 64)), torch.randint(0, 512, (4, 64))) for s in ("train", "val")}
+    forwards = []
+    model.register_forward_hook(lambda *args: forwards.append(1))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # CPU time of one thread: steady on a shared machine
 
-    def timed(iters):
-        runs = []
-        for _ in range(3):
-            start = time.perf_counter()
-            loop.estimate_loss(
-                model, lambda split: batches[split], iters, loop.autocast_context("cpu", "float32")
-            )
-            runs.append(time.perf_counter() - start)
-        return statistics.median(runs)
+    def run(iters):
+        forwards.clear()
+        start = time.process_time()
+        loop.estimate_loss(
+            model, lambda split: batches[split], iters, loop.autocast_context("cpu", "float32")
+        )
+        return len(forwards), time.process_time() - start
 
-    ratio = timed(config.eval_iters) / timed(before.eval_iters)
-    figure("eval_time_ratio", ratio, "ratio", rel=0.5)
+    try:
+        run(2)  # warm-up
+        (n_after, t_after), (n_before, t_before) = run(config.eval_iters), run(before.eval_iters)
+    finally:
+        torch.set_num_threads(threads)
+    assert (n_after, n_before) == (2 * config.eval_iters, 2 * before.eval_iters)
+    figure("eval_time_ratio", n_after / n_before, "ratio")
+    assert 0.1 < t_after / t_before < 0.6, (t_after, t_before)
     report(
-        f"fix eval settings: estimate_loss time ratio {config.eval_iters}/{before.eval_iters} iters = {ratio:.2f}"
+        f"fix eval settings: {n_after} vs {n_before} forwards per evaluation, CPU time ratio {t_after / t_before:.2f}"
     )
 
 
