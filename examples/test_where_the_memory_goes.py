@@ -19,11 +19,11 @@ from oomguide.config import load_config
 ROOT = Path(__file__).resolve().parents[1]
 LANGS = ("en", "ja", "zh", "de", "fr")
 TITLES = {
-    "en": "# Where the memory goes",
-    "ja": "# メモリの行き先",
-    "zh": "# 显存都去哪儿了",
-    "de": "# Wohin der Speicher geht",
-    "fr": "# Où passe la mémoire",
+    "en": "# Where the memory goes { #where-the-memory-goes }",
+    "ja": "# メモリの行き先 { #where-the-memory-goes }",
+    "zh": "# 显存都去哪儿了 { #where-the-memory-goes }",
+    "de": "# Wohin der Speicher geht { #where-the-memory-goes }",
+    "fr": "# Où passe la mémoire { #where-the-memory-goes }",
 }
 
 
