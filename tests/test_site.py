@@ -240,24 +240,28 @@ def check_structure(root: Path) -> list[str]:
     return errors
 
 
+def markdown_pages(root: Path):
+    """(lang, page name, parsed markdown) for every .md page of every language."""
+    for lang, pages in lang_pages(root).items():
+        for name, path in pages.items():
+            if name.endswith(".md"):
+                yield lang, name, parse_markdown(path.read_text(encoding="utf-8"))
+
+
 def check_code_blocks(root: Path) -> list[str]:
     """Every fenced block is a snippet include, or program output marked with <!-- output -->."""
     errors = []
-    for lang, pages in lang_pages(root).items():
-        for name, path in pages.items():
-            if not name.endswith(".md"):
-                continue
-            p = parse_markdown(path.read_text(encoding="utf-8"))
-            for fence in p.fences:
-                if not (fence.include_only or fence.output):
-                    errors.append(
-                        f"docs/{lang}/{name}:{fence.line} ({lang}): inline code block; put the code in "
-                        f"snippets/{Path(name).stem}/ and include it with --8<--, or mark program output "
-                        f"with a '{OUTPUT_MARK}' line right above the fence"
-                    )
-            for line, inc in p.includes:
-                if not any(f.line < line <= f.line + len(f.body) for f in p.fences):
-                    errors.append(f"docs/{lang}/{name}:{line} ({lang}): --8<-- {inc!r} outside a code fence")
+    for lang, name, p in markdown_pages(root):
+        for fence in p.fences:
+            if not (fence.include_only or fence.output):
+                errors.append(
+                    f"docs/{lang}/{name}:{fence.line} ({lang}): inline code block; put the code in "
+                    f"snippets/{Path(name).stem}/ and include it with --8<--, or mark program output "
+                    f"with a '{OUTPUT_MARK}' line right above the fence"
+                )
+        for line, inc in p.includes:
+            if not any(f.line < line <= f.line + len(f.body) for f in p.fences):
+                errors.append(f"docs/{lang}/{name}:{line} ({lang}): --8<-- {inc!r} outside a code fence")
     return errors
 
 
@@ -281,16 +285,12 @@ def check_snippets(root: Path) -> list[str]:
     """Every snippet is included by a page in every language and named by a test under examples/."""
     included: dict[str, set[str]] = {lang: set() for lang in LANGS}
     errors = []
-    for lang, pages in lang_pages(root).items():
-        for name, path in pages.items():
-            if name.endswith(".md"):
-                for line, inc in parse_markdown(path.read_text(encoding="utf-8")).includes:
-                    target = snippet_path(inc)
-                    included[lang].add(target)
-                    if not (root / target).is_file():
-                        errors.append(
-                            f"docs/{lang}/{name}:{line} ({lang}): includes {target}, which does not exist"
-                        )
+    for lang, name, p in markdown_pages(root):
+        for line, inc in p.includes:
+            target = snippet_path(inc)
+            included[lang].add(target)
+            if not (root / target).is_file():
+                errors.append(f"docs/{lang}/{name}:{line} ({lang}): includes {target}, which does not exist")
     tests = (
         {
             p: p.read_text(encoding="utf-8")
@@ -319,19 +319,15 @@ def check_snippets(root: Path) -> list[str]:
 def check_memory_literals(root: Path) -> list[str]:
     """Outside code and output blocks, no page prints a memory size: figures come from {{ placeholders }}."""
     errors = []
-    for lang, pages in lang_pages(root).items():
-        for name, path in pages.items():
-            if not name.endswith(".md"):
-                continue
-            p = parse_markdown(path.read_text(encoding="utf-8"))
-            prose = "\n".join(line for _, line in p.prose)
-            prose = COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), prose)
-            for (line, _), text in zip(p.prose, prose.splitlines(), strict=False):
-                for m in MEMORY_LITERAL.finditer(text):
-                    errors.append(
-                        f"docs/{lang}/{name}:{line} ({lang}): literal memory figure {m.group(0)!r}; "
-                        "compute it in an example and write a {{ key }} placeholder"
-                    )
+    for lang, name, p in markdown_pages(root):
+        prose = "\n".join(line for _, line in p.prose)
+        prose = COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), prose)
+        for (line, _), text in zip(p.prose, prose.splitlines(), strict=False):
+            for m in MEMORY_LITERAL.finditer(text):
+                errors.append(
+                    f"docs/{lang}/{name}:{line} ({lang}): literal memory figure {m.group(0)!r}; "
+                    "compute it in an example and write a {{ key }} placeholder"
+                )
     return errors
 
 
