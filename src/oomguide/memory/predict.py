@@ -14,6 +14,8 @@ import torch
 
 from .. import loop
 from ..config import TrainConfig
+from . import reserved
+from .allocator import AllocConf
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .models import ModelSource
 from .tracker import AllocationTracker
@@ -36,7 +38,10 @@ class PhaseResult:
     failing_allocation: str | None = None
     allocated_at_failure_bytes: int | None = None
     breakdown: dict = field(default_factory=dict)
-    reserved_bytes: int | None = None  # measured runs only
+    reserved_bytes: int | None = None  # the allocator's reserved peak (predicted: on a card with room)
+    reserved_at_failure_bytes: int | None = None
+    allocated_fits: bool | None = None  # the verdict on allocated bytes alone (before the allocator model)
+    alloc_conf: str | None = None  # the PYTORCH_CUDA_ALLOC_CONF the prediction assumed
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -138,6 +143,7 @@ def predict(
     seed: int = 0,
     eval_iters: int = 1,
     stale_logits: bool = True,
+    alloc_conf: AllocConf | None = None,
 ) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
@@ -150,6 +156,8 @@ def predict(
     with the train split's last logits alive (the loop variable), as every later batch does.
     `stale_logits=False` (state "training"): no (B, T, V) logits left over from the last training
     micro-step (FACTS 11), as after train.py drops them, or with a model that returns no such logits.
+    `alloc_conf`: the caching allocator's settings (default: PYTORCH_CUDA_ALLOC_CONF from the
+    environment); ``fits`` is decided on reserved memory (``reserved``).
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
@@ -176,8 +184,23 @@ def predict(
         model = source.build(gpt_config)
         model.train()
         run_config = config if batch_size is None else config.replace(batch_size=batch)
+        warm_key = (repr(run_config), batch, source.gpt_class, source.path, stale_logits, fake)
+        warmup = None
+        if phase == "estimate_loss" and state == "training":
+            warmup = reserved.cached_warmup(warm_key)
+            if warmup is None:  # a training step ran before this evaluation: its segments are cached
+                step_tracker = AllocationTracker(vocab_size=gpt_config.vocab_size)
+                with _recompute_under(ctx):
+                    _run_phase(
+                        model, run_config, "train_step", step_tracker, state, ctx, batch, 1, stale_logits
+                    )
+                warmup = step_tracker.trace
+                reserved.remember_warmup(warm_key, warmup)
         with _recompute_under(ctx):
             _run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
+        if phase == "train_step" and state == "training":
+            reserved.remember_warmup(warm_key, tracker.trace)
+            warmup = tracker.trace  # the step before this one
     result = PhaseResult(
         phase=phase,
         mode="predicted",
@@ -194,6 +217,8 @@ def predict(
             result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
+    traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
+    reserved.judge(result, traces, len(traces) - 1, gpu_memory, alloc_conf)
     return result
 
 

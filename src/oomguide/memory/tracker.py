@@ -14,6 +14,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .allocator import ALLOC, FREE, Trace
 from .cuda_model import block_size
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits_and_loss")
@@ -35,6 +36,7 @@ class _Live:
     ref: StorageWeakRef
     nbytes: int
     tag: str
+    uid: int = 0
 
 
 class AllocationTracker(TorchDispatchMode):
@@ -46,6 +48,10 @@ class AllocationTracker(TorchDispatchMode):
 
     def __init__(self, vocab_size: int | None = None, budget: int | None = None):
         super().__init__()
+        # the allocator model's input (allocator.Trace): tensors alive before, then allocations and frees
+        self.trace = Trace()
+        self._uids = 0
+        self._describe_next: Allocation | None = None
         self.vocab_size = vocab_size
         self.budget = budget
         self.live: dict[int, _Live] = {}
@@ -60,29 +66,44 @@ class AllocationTracker(TorchDispatchMode):
         self.weight_keys: set[int] = set()
         self.tag_new = None  # overrides the tag of new storages (e.g. "optimizer_state")
 
+    def __exit__(self, *exc):
+        self._sweep()  # what died after the last op is freed too (the next trace starts from here)
+        return super().__exit__(*exc)
+
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
         for t in tensors:
             if isinstance(t, torch.Tensor):
-                key = self._add(t, tag)
+                key = self._add(t, tag, pre=True)
                 if tag == "weights" and key is not None:
                     self.weight_keys.add(key)
 
-    def _add(self, t: torch.Tensor, tag: str):
+    def _add(self, t: torch.Tensor, tag: str, pre: bool = False):
         storage = t.untyped_storage()
         ref = StorageWeakRef(storage)
         entry = self.live.get(ref.cdata)
         if entry is not None and not entry.ref.expired():
             return None
-        nbytes = block_size(storage.nbytes()) if storage.nbytes() else 0
-        self.live[ref.cdata] = _Live(ref, nbytes, tag)
+        raw = storage.nbytes()
+        nbytes = block_size(raw) if raw else 0
+        self._uids += 1
+        self.live[ref.cdata] = _Live(ref, nbytes, tag, self._uids)
         self.current += nbytes
+        if raw:  # a CUDA storage of 0 bytes takes no block
+            what, self._describe_next = self._describe_next, None
+            if pre:
+                self.trace.pre.append((self._uids, raw, tag))
+            else:
+                self.trace.events.append((ALLOC, self._uids, raw, what))
         return ref.cdata
 
     def _sweep(self) -> None:
         dead = [k for k, e in self.live.items() if e.ref.expired()]
         for k in dead:
-            self.current -= self.live.pop(k).nbytes
+            entry = self.live.pop(k)
+            self.current -= entry.nbytes
+            if entry.nbytes:
+                self.trace.events.append((FREE, entry.uid, 0, None))
 
     def _tag(self, func, t: torch.Tensor, args) -> str:
         if self.tag_new:
@@ -120,6 +141,7 @@ class AllocationTracker(TorchDispatchMode):
             if self.budget is not None and self.failing is None and self.current + nbytes > self.budget:
                 self.failing = alloc
                 self.allocated_at_failure = self.current
+            self._describe_next = alloc
             self._add(t, self._tag(func, t, args))
             if self.largest is None or nbytes > self.largest.nbytes:
                 self.largest = alloc
