@@ -65,6 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
         "units GiB, GB, MiB, MB",
     )
+    check.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help='the card by name ("RTX 4070", T4, A100-40GB, ...): its memory and compute capability, '
+        "which picks CUDA's attention kernel; overrides --gpu-memory",
+    )
+    check.add_argument(
+        "--alloc-conf",
+        metavar="SETTING",
+        help="the caching allocator's setting, as PYTORCH_CUDA_ALLOC_CONF (default: that variable, "
+        "as PyTorch reads it), e.g. expandable_segments:True",
+    )
     check.add_argument("--phase", choices=memory.PHASES, action="append", help="only this phase (repeatable)")
     check.add_argument("--no-search", action="store_true", help="skip the search for the largest batch_size")
     check.add_argument("--json", action="store_true", help="print one JSON object")
@@ -106,10 +118,16 @@ def run_check(args) -> int:
     notes = [str(w.message) for w in caught]
     source = memory.load_model_source(args.model) if args.model else None
     phases = args.phase or list(memory.PHASES)
+    card = _card(args)
+    args.gpu_memory = card.total_memory
+    options = dict(alloc_conf=card.alloc_conf, capability=card.gpu.capability)
     out = {
         "gpu_memory_bytes": args.gpu_memory,
         "usable_bytes": memory.usable_bytes(args.gpu_memory),
         "context_bytes": memory.CONTEXT_BYTES,
+        "gpu": card.gpu.name,
+        "compute_capability": ".".join(map(str, card.gpu.capability)),
+        "alloc_conf": card.alloc_conf.describe(),
         "mode": "predicted",
         "config": config.sources,
         "model": args.model or "oomguide.model.GPT",
@@ -119,13 +137,13 @@ def run_check(args) -> int:
     quiet = args.json or not sys.stderr.isatty()
     for phase in phases:
         known: dict = {}
-        result = memory.predict(config, phase, args.gpu_memory, source=source)
+        result = memory.predict(config, phase, args.gpu_memory, source=source, **options)
         known[config.batch_size] = result
         entry = result.to_json()
         if not args.no_search:
             report = _progress(phase, quiet)
             entry["max_batch_size"] = memory.max_batch_size(
-                config, phase, args.gpu_memory, source=source, known=known, progress=report
+                config, phase, args.gpu_memory, source=source, known=known, progress=report, **options
             )
             if not quiet:
                 print(file=sys.stderr)
@@ -138,12 +156,28 @@ def run_check(args) -> int:
     return EXIT_FITS if fits else EXIT_DOES_NOT_FIT
 
 
+def _card(args):
+    """The card (--gpu, or --gpu-memory with an Ampere-or-newer capability) and the allocator setting."""
+    from types import SimpleNamespace
+
+    from .memory import allocator, gpus
+
+    gpu = gpus.find_gpu(args.gpu) if args.gpu else gpus.default_gpu(args.gpu_memory)
+    if args.alloc_conf is not None:
+        conf = allocator.parse_alloc_conf(args.alloc_conf, "--alloc-conf")
+    else:
+        conf = allocator.alloc_conf_from_env()
+    return SimpleNamespace(gpu=gpu, total_memory=gpu.total_memory, alloc_conf=conf)
+
+
 def _print_check(out: dict, config) -> None:
     fmt = memory.fmt_bytes
     print(
-        f"card: {fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
+        f"card: {out['gpu']}, compute capability {out['compute_capability']}: "
+        f"{fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
         f"({fmt(out['context_bytes'])} set aside for the CUDA context)"
     )
+    print(f"allocator: {out['alloc_conf']}")
     print(
         f"config: batch_size={config.batch_size} block_size={config.block_size} dtype={config.dtype} "
         f"n_layer={config.n_layer} n_head={config.n_head} n_embd={config.n_embd} "
@@ -154,12 +188,20 @@ def _print_check(out: dict, config) -> None:
         print(f"note: {note}")
     for phase, r in out["phases"].items():
         verdict = "fits" if r["fits"] else "DOES NOT FIT"
-        print(f"\n{phase}: predicted peak {fmt(r['peak_bytes'])} -> {verdict}")
+        print(
+            f"\n{phase}: predicted peak {fmt(r['peak_bytes'])} allocated, {fmt(r['reserved_bytes'])} "
+            f"reserved -> {verdict} (attention: {r['attention'] or 'none'})"
+        )
         print(f"  largest allocation: {fmt(r['largest_allocation_bytes'])} ({r['largest_allocation']})")
         if not r["fits"]:
             print(
                 f"  would fail at: Tried to allocate {fmt(r['failing_allocation_bytes'])} "
                 f"({r['failing_allocation']}), with {fmt(r['allocated_at_failure_bytes'])} already allocated"
+                + (
+                    f" and {fmt(r['reserved_at_failure_bytes'])} reserved"
+                    if r.get("reserved_at_failure_bytes") is not None
+                    else ""
+                )
             )
         parts = ", ".join(f"{k.replace('_', ' ')} {fmt(v)}" for k, v in r["breakdown"].items())
         print(f"  at the peak: {parts}")
@@ -167,8 +209,8 @@ def _print_check(out: dict, config) -> None:
             mbs = r["max_batch_size"]
             print(f"  largest batch_size that fits: {mbs}" if mbs else "  not even batch_size=1 fits")
     print(
-        "\n(predicted on fake tensors with CUDA's autocast and allocator rounding; torch.compile and "
-        "fragmentation are not modelled: keep some headroom)"
+        "\n(predicted on fake tensors with CUDA's autocast, attention kernel and caching allocator: a phase "
+        "fits when its reserved memory does; torch.compile and kernel workspaces are not modelled)"
     )
 
 

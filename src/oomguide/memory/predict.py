@@ -17,6 +17,8 @@ from ..config import TrainConfig
 from . import reserved
 from .allocator import AllocConf
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
+from .gpus import DEFAULT_CAPABILITY
+from .kernels import CudaKernels
 from .models import ModelSource
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
@@ -42,6 +44,7 @@ class PhaseResult:
     reserved_at_failure_bytes: int | None = None
     allocated_fits: bool | None = None  # the verdict on allocated bytes alone (before the allocator model)
     alloc_conf: str | None = None  # the PYTORCH_CUDA_ALLOC_CONF the prediction assumed
+    attention: str | None = None  # the SDPA kernel the card runs: flash, efficient or math
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -144,6 +147,7 @@ def predict(
     eval_iters: int = 1,
     stale_logits: bool = True,
     alloc_conf: AllocConf | None = None,
+    capability: tuple[int, int] = DEFAULT_CAPABILITY,
 ) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
@@ -157,7 +161,8 @@ def predict(
     `stale_logits=False` (state "training"): no (B, T, V) logits left over from the last training
     micro-step (FACTS 11), as after train.py drops them, or with a model that returns no such logits.
     `alloc_conf`: the caching allocator's settings (default: PYTORCH_CUDA_ALLOC_CONF from the
-    environment); ``fits`` is decided on reserved memory (``reserved``).
+    environment); ``fits`` is decided on reserved memory (``reserved``). `capability`: the card's
+    compute capability, which picks CUDA's attention kernel (``kernels``).
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
@@ -178,13 +183,22 @@ def predict(
         mode = FakeTensorMode(allow_non_fake_inputs=False)
     else:
         mode = nullcontext()
-    with mode, warnings.catch_warnings():
+    kernels = CudaKernels(capability)
+    with mode, warnings.catch_warnings(), kernels:
         # GradScaler('cuda') on a CPU-only build warns that it disables itself
         warnings.simplefilter("ignore")
         model = source.build(gpt_config)
         model.train()
         run_config = config if batch_size is None else config.replace(batch_size=batch)
-        warm_key = (repr(run_config), batch, source.gpt_class, source.path, stale_logits, fake)
+        warm_key = (
+            repr(run_config),
+            batch,
+            source.gpt_class,
+            source.path,
+            stale_logits,
+            fake,
+            kernels.capability,
+        )
         warmup = None
         if phase == "estimate_loss" and state == "training":
             warmup = reserved.cached_warmup(warm_key)
@@ -217,6 +231,7 @@ def predict(
             result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
+    result.attention = ", ".join(sorted(kernels.used)) or None
     traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
     reserved.judge(result, traces, len(traces) - 1, gpu_memory, alloc_conf)
     return result
@@ -232,12 +247,14 @@ def max_batch_size(
     progress=None,
     known: dict[int, PhaseResult] | None = None,
     context_bytes: int = CONTEXT_BYTES,
+    **options,
 ) -> int:
     """The largest batch_size whose predicted `phase` fits `gpu_memory` (0 if not even 1 fits).
 
     The peak is close to linear in the batch size, so two predictions give a first guess, and a
     few more settle it exactly. `known` caches predictions by batch size (shared with the caller).
-    `progress(done, total_guess)` is called after each prediction.
+    `progress(done, total_guess)` is called after each prediction. `options` go to ``predict``
+    (``alloc_conf``, ``capability``).
     """
     known = {} if known is None else known
     calls = [0]
@@ -245,7 +262,7 @@ def max_batch_size(
     def fits(b: int) -> bool:
         if b not in known:
             known[b] = predict(
-                config, phase, gpu_memory, batch_size=b, source=source, context_bytes=context_bytes
+                config, phase, gpu_memory, batch_size=b, source=source, context_bytes=context_bytes, **options
             )
             calls[0] += 1
             if progress:
