@@ -45,6 +45,7 @@ class PhaseResult:
     allocated_fits: bool | None = None  # the verdict on allocated bytes alone (before the allocator model)
     alloc_conf: str | None = None  # the PYTORCH_CUDA_ALLOC_CONF the prediction assumed
     attention: str | None = None  # the SDPA kernel the card runs: flash, efficient or math
+    baseline_bytes: int | None = None  # measured: what earlier code had allocated (subtracted from the peak)
 
     def to_json(self) -> dict:
         return asdict(self)
