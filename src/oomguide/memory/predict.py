@@ -42,6 +42,7 @@ class PhaseResult:
     breakdown: dict = field(default_factory=dict)
     reserved_bytes: int | None = None  # the allocator's reserved peak (predicted: on a card with room)
     reserved_at_failure_bytes: int | None = None
+    reserved_within_budget_bytes: int | None = None  # reserved peak under the budget (allocator gives back)
     allocated_fits: bool | None = None  # the verdict on allocated bytes alone (before the allocator model)
     alloc_conf: str | None = None  # the PYTORCH_CUDA_ALLOC_CONF the prediction assumed
     attention: str | None = None  # the SDPA kernel the card runs: flash, efficient or math

@@ -56,6 +56,7 @@ def judge(
     capped = replay(traces, conf, limit, measure_from=measure_from, fraction=fraction)
     result.fits = capped.fits
     if capped.fits:
+        result.reserved_within_budget_bytes = capped.reserved_peak
         result.failing_allocation_bytes = result.failing_allocation = None
         result.allocated_at_failure_bytes = result.reserved_at_failure_bytes = None
         return
