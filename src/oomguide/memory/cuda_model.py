@@ -10,7 +10,7 @@ Never touches a GPU and never imports torch.cuda: it models CUDA on any tensors.
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -167,22 +167,31 @@ class CudaAutocast(TorchFunctionMode):
 
 
 @contextmanager
-def _recompute_under(ctx):
+def _recompute_under(ctx, *modes):
     """Recompute oomguide.model's checkpointed Blocks (grad_checkpoint) under `ctx` in backward.
 
     torch.utils.checkpoint re-enters torch.autocast for the recomputation, but not a TorchFunctionMode
     such as CudaAutocast: without this, the recomputed tensors come out float32 and checkpoint fails.
+    `modes`: factories of further TorchFunctionModes the recomputation must run under (the kernels).
     """
     from .. import model as model_module
 
     original = model_module.checkpoint
     original_torch = torch.utils.checkpoint.checkpoint  # code that calls torch.utils.checkpoint.checkpoint
-    if isinstance(ctx, CudaAutocast):
-        model_module.checkpoint = functools.partial(
-            original, context_fn=lambda: (nullcontext(), CudaAutocast(ctx.dtype))
-        )
+
+    @contextmanager
+    def recompute():
+        with ExitStack() as stack:
+            for make in modes:
+                stack.enter_context(make())
+            if isinstance(ctx, CudaAutocast):
+                stack.enter_context(CudaAutocast(ctx.dtype))
+            yield
+
+    if isinstance(ctx, CudaAutocast) or modes:
+        model_module.checkpoint = functools.partial(original, context_fn=lambda: (nullcontext(), recompute()))
         torch.utils.checkpoint.checkpoint = functools.partial(
-            original_torch, context_fn=lambda: (nullcontext(), CudaAutocast(ctx.dtype))
+            original_torch, context_fn=lambda: (nullcontext(), recompute())
         )
     try:
         yield

@@ -59,6 +59,12 @@ class CudaKernels(TorchFunctionMode):
         self.capability = tuple(capability)
         self.used: set[str] = set()  # the attention backends this run took
 
+    def fresh(self) -> CudaKernels:
+        """The same choices in a new mode (checkpoint's recomputation enters it again in backward)."""
+        twin = CudaKernels(self.capability)
+        twin.used = self.used
+        return twin
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:

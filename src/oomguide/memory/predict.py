@@ -206,13 +206,13 @@ def predict(
             warmup = reserved.cached_warmup(warm_key)
             if warmup is None:  # a training step ran before this evaluation: its segments are cached
                 step_tracker = AllocationTracker(vocab_size=gpt_config.vocab_size)
-                with _recompute_under(ctx):
+                with _recompute_under(ctx, kernels.fresh):
                     _run_phase(
                         model, run_config, "train_step", step_tracker, state, ctx, batch, 1, stale_logits
                     )
                 warmup = step_tracker.trace
                 reserved.remember_warmup(warm_key, warmup)
-        with _recompute_under(ctx):
+        with _recompute_under(ctx, kernels.fresh):
             _run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
         if phase == "train_step" and state == "training":
             reserved.remember_warmup(warm_key, tracker.trace)
