@@ -349,3 +349,114 @@ def test_expected_result(snippet, figure, runner):
             "int",
         )
     runner.scaled_down(config, label="expected result")
+
+
+# --- the shell lines of the page: overrides, bfloat16, other processes, asking for help ---------
+
+BIN = os.path.dirname(sys.executable)  # python and oomguide, as on the reader's PATH
+
+# A stand-in for nvidia-smi, so that the lines run the same with and without a GPU: it lists the
+# processes whose PIDs are in $GPU_PIDS, in the CSV that --query-compute-apps asks for, and a
+# short table otherwise.
+NVIDIA_SMI = """#!/usr/bin/env bash
+if [[ "$*" == *--query-compute-apps* ]]; then
+  echo "pid, process_name, used_memory [MiB]"
+  for pid in $GPU_PIDS; do echo "$pid, python, 1234 MiB"; done
+else
+  echo "| NVIDIA-SMI 550.00  Driver Version: 550.00  CUDA Version: 12.4 |"
+  echo "|   0  NVIDIA GeForce RTX 4070   12282MiB |"
+fi
+"""
+
+
+def shell_env(tmp_path, **extra) -> dict:
+    stubs = tmp_path / "bin"
+    stubs.mkdir(exist_ok=True)
+    smi = stubs / "nvidia-smi"
+    smi.write_text(NVIDIA_SMI, encoding="utf-8")
+    smi.chmod(0o755)
+    path = os.pathsep.join([str(stubs), BIN, os.environ.get("PATH", "")])
+    return dict(os.environ, PATH=path, **extra)
+
+
+def snippet_lines(path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_command_line_overrides(snippet):
+    """The first fix on the command line: train.py ends up with the settings of the edited config."""
+    (line,) = snippet_lines(snippet.path("estimate-loss-oom/command-line.sh"))
+    argv = line.split()
+    assert argv[:3] == ["python", "train.py", "config/train_gpt2_12gb.py"], argv
+    assert all(a.startswith("--") and "=" in a for a in argv[3:]), argv
+    from oomguide.config import load_config
+
+    given = load_config([snippet.path(SITUATION)], [a[2:] for a in argv[3:]])
+    edited = snippet.config(SITUATION, "estimate-loss-oom/batch-size.py")
+    assert given.values == edited.values  # the same settings, though from other sources
+    assert given.batch_size != snippet.config(SITUATION).batch_size  # the override beat the file
+
+
+def test_bf16_check(snippet):
+    """The bfloat16 line prints what train.py's default dtype rests on, on this machine."""
+    (line,) = snippet_lines(snippet.path("estimate-loss-oom/bf16-check.sh"))
+    out = subprocess.run(
+        ["bash", "-c", line], env=shell_env_plain(), capture_output=True, text=True, timeout=300, check=True
+    ).stdout.strip()
+    expected = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    assert out == str(expected), out
+
+
+def shell_env_plain() -> dict:
+    return dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+
+
+def test_free_gpu_ends_the_listed_process(snippet, tmp_path):
+    """The lines list the processes on the card with their PIDs; with one of them in PID=, it ends."""
+    text = snippet.path("estimate-loss-oom/free-gpu.sh").read_text()
+    assert re.search(r"^PID=\d+$", text, re.M), "the PID line the reader edits"
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        mine = re.sub(r"^PID=\d+$", f"PID={other.pid}", text, flags=re.M)  # what the reader types
+        proc = subprocess.run(
+            ["bash", "-e", "-c", mine],
+            env=shell_env(tmp_path, GPU_PIDS=str(other.pid)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert f"{other.pid}, python" in proc.stdout  # listed, with its PID
+        assert other.wait(timeout=10) == -15  # ended by SIGTERM, kill's default
+    finally:
+        if other.poll() is None:
+            other.kill()
+
+
+def test_ask_for_help_prints_what_a_helper_needs(snippet, tmp_path):
+    """Card, versions, config and oomguide's reading of the message, in one run in a nanoGPT checkout."""
+    (tmp_path / "config").mkdir()
+    config_text = snippet.path(SITUATION).read_text()
+    (tmp_path / "config" / "train_gpt2_12gb.py").write_text(config_text)
+    message = (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {REPORT['requested'][:-3]} GiB. "
+        f"GPU 0 has a total capacity of {REPORT['capacity'][:-3]} GiB of which {REPORT['free'][:-3]} GiB is "
+        f"free. Including non-PyTorch memory, this process has {REPORT['in_use'][:-3]} GiB memory in use. "
+        f"Of the allocated memory {REPORT['allocated'][:-3]} GiB is allocated by PyTorch, and "
+        f"{REPORT['reserved_unallocated'][:-3]} MiB is reserved by PyTorch but unallocated.\n"
+    )
+    (tmp_path / "oom.txt").write_text(message)
+    proc = subprocess.run(
+        ["bash", "-e", str(snippet.path("estimate-loss-oom/ask-for-help.sh"))],
+        cwd=tmp_path,
+        env=shell_env(tmp_path, GPU_PIDS=""),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "NVIDIA-SMI" in out  # the card
+    assert f"{torch.__version__} {torch.version.cuda}" in out  # the versions
+    assert config_text.strip() in out  # the config
+    assert "6.14 GiB" in out and "estimate-loss-oom" in out  # the request read, the section named
