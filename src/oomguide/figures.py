@@ -51,12 +51,14 @@ def save(store: dict, path: Path = STORE) -> None:
 # - the decimal sign: a comma in German and French;
 # - the space between a number and its unit: a no-break space in German and French (6,14 GiB,
 #   6,14 Gio), so that a line never breaks between them; an ordinary space elsewhere;
-# - ratios: "4.22×" in English, German and French; 倍 in Japanese and Chinese ("4.22 倍").
+# - ratios as each language says them in running text: "4.22×" in English, "4,22-mal" in German,
+#   "4,22 fois" in French, "4.22 倍" in Japanese and Chinese.
 NBSP, NNBSP = "\u00a0", "\u202f"
 THOUSANDS = {"en": ",", "ja": ",", "zh": ",", "de": ".", "fr": NNBSP}
 GROUP_FROM = {"en": 4, "ja": 4, "zh": 4, "de": 5, "fr": 5}
 DECIMAL = {"en": ".", "ja": ".", "zh": ".", "de": ",", "fr": ","}
 UNIT_SPACE = {"en": " ", "ja": " ", "zh": " ", "de": NBSP, "fr": NBSP}
+RATIO = {"en": "×", "ja": NBSP + "倍", "zh": NBSP + "倍", "de": "-mal", "fr": NBSP + "fois"}
 
 
 def _group(int_text: str, sep: str, group_from: int = 4) -> str:
@@ -97,7 +99,7 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
         return number + {"de": NBSP + "Mio.", "fr": NBSP + "millions"}.get(lang, "M")
     if unit == "ratio":
         number = _number(value, 2 if decimals is None else decimals, lang)
-        return number + (NBSP + "倍" if lang in ("ja", "zh") else "×")
+        return number + RATIO[lang]
     if unit == "percent":
         text = _number(value * 100, 0 if decimals is None else decimals, lang)
         return text + (NNBSP + "%" if lang in ("de", "fr") else "%")
