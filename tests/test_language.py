@@ -525,6 +525,14 @@ def test_figures_are_formatted_as_each_language_writes_them(value, unit, lang, t
     assert check_typography_text(f"Das sind {formatted} hier.", lang) == [] or lang in ("en", "ja", "zh")
 
 
+def test_figures_inside_code_are_written_as_programs_print_them():
+    store = {"p": {"a": {"value": 6.14 * 1024**3, "unit": "gib"}, "n": {"value": 50304, "unit": "int"}}}
+    text = "`Tried to allocate {{ a }}` : {{ a }}, `vocab_size = {{ n }}`, {{ n }}\n\n```text\n{{ a }}\n```\n"
+    assert figures.render(text, "p", "fr", store) == (
+        "`Tried to allocate 6.14 GiB` : 6,14\u00a0Gio, `vocab_size = 50304`, 50\u202f304\n\n```text\n6.14 GiB\n```\n"
+    )
+
+
 def test_article_text_leaves_code_out():
     page = "<html><body><nav>x : y</nav><article><p>Le <code>a : b</code> texte\u00a0:</p><pre>c ; d</pre></article></body></html>"
     assert article_text(page) == "Le  texte\u00a0:"

@@ -110,9 +110,18 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
     raise FigureError(f"unknown figure unit {unit!r} (known: {', '.join(UNITS)})")
 
 
+# Code in a page: fenced blocks and `code spans`. A figure inside code is written as the program
+# writes it, whatever the page's language: PyTorch prints "Tried to allocate 6.14 GiB" in Paris too.
+_CODE = re.compile(r"^([ \t]*)(`{3,}|~{3,}).*?^\1\2[ \t]*$|(`+)(?:(?!\3).)+?\3", re.S | re.M)
+
+
 def render(text: str, page: str, lang: str, store: dict | None = None) -> str:
-    """Replace every placeholder of `text` (a page `page` in `lang`) with its formatted figure."""
+    """Replace every placeholder of `text` (a page `page` in `lang`) with its formatted figure.
+
+    Inside code (fences, code spans) a figure takes the English form without grouping, as a program
+    prints it; elsewhere the page's language's."""
     store = load() if store is None else store
+    code = [m.span() for m in _CODE.finditer(text)]
 
     def sub(match: re.Match) -> str:
         owner = match.group("page") or page
@@ -122,7 +131,12 @@ def render(text: str, page: str, lang: str, store: dict | None = None) -> str:
             raise FigureError(
                 f"{lang}/{page}: figure {owner}.{key} is not in {STORE.name}; run `pytest examples --update-figures`"
             )
-        return format_figure(entry["value"], entry["unit"], lang, entry.get("decimals"))
+        unit = entry["unit"]
+        if any(start <= match.start() < end for start, end in code):
+            return format_figure(
+                entry["value"], "code" if unit == "int" else unit, "en", entry.get("decimals")
+            )
+        return format_figure(entry["value"], unit, lang, entry.get("decimals"))
 
     return PLACEHOLDER.sub(sub, text)
 
