@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 from .allocator import ALLOC, FREE, Trace
@@ -48,10 +48,6 @@ class AllocationTracker(TorchDispatchMode):
 
     def __init__(self, vocab_size: int | None = None, budget: int | None = None):
         super().__init__()
-        # the allocator model's input (allocator.Trace): tensors alive before, then allocations and frees
-        self.trace = Trace()
-        self._uids = 0
-        self._describe_next: Allocation | None = None
         self.vocab_size = vocab_size
         self.budget = budget
         self.live: dict[int, _Live] = {}
@@ -65,25 +61,27 @@ class AllocationTracker(TorchDispatchMode):
         self.grads_of: list[torch.nn.Parameter] = []
         self.weight_keys: set[int] = set()
         self.tag_new = None  # overrides the tag of new storages (e.g. "optimizer_state")
-
-    def __exit__(self, *exc):
-        self._sweep()  # what died after the last op is freed too (the next trace starts from here)
-        return super().__exit__(*exc)
+        # the allocator model's input (allocator.Trace): tensors alive before, then allocations and frees
+        # in order; keeping that order means settling the frees before every allocation
+        self.trace = Trace()
+        self._uids = 0
+        self._describe_next: Allocation | None = None
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
-        for t in tensors:
-            if isinstance(t, torch.Tensor):
-                key = self._add(t, tag, pre=True)
-                if tag == "weights" and key is not None:
-                    self.weight_keys.add(key)
+        for t in _plain(tensors):
+            key = self._add(t, tag, pre=True)
+            if tag == "weights" and key is not None:
+                self.weight_keys.add(key)
 
     def _add(self, t: torch.Tensor, tag: str, pre: bool = False):
         storage = t.untyped_storage()
         ref = StorageWeakRef(storage)
         entry = self.live.get(ref.cdata)
-        if entry is not None and not entry.ref.expired():
-            return None
+        if entry is not None:
+            if not entry.ref.expired():
+                return None
+            self._drop(ref.cdata)  # a dead storage's address, reused
         raw = storage.nbytes()
         nbytes = block_size(raw) if raw else 0
         self._uids += 1
@@ -97,21 +95,75 @@ class AllocationTracker(TorchDispatchMode):
                 self.trace.events.append((ALLOC, self._uids, raw, what))
         return ref.cdata
 
+    def _drop(self, key) -> None:
+        entry = self.live.pop(key)
+        self.current -= entry.nbytes
+        if entry.nbytes:
+            self.trace.events.append((FREE, entry.uid, 0, None))
+
+    def __enter__(self):
+        # FSDP2 frees and re-allocates its gathered parameters with UntypedStorage.resize_, which no
+        # dispatch mode sees: follow it while tracking, as torch's MemTracker does
+        self._resize = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(storage, size):
+            out = tracker._resize(storage, size)
+            tracker._resized(storage)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.UntypedStorage.resize_ = self._resize
+        self._sweep()  # what died after the last op is freed too (the next trace starts from here)
+        return super().__exit__(*exc)
+
+    def _resized(self, storage) -> None:
+        entry = self.live.get(StorageWeakRef(storage).cdata)
+        if entry is None or entry.ref.expired():
+            return
+        nbytes = block_size(storage.nbytes()) if storage.nbytes() else 0
+        grown = nbytes - entry.nbytes
+        if grown > 0 and self._may_cross(grown):
+            self._sweep()
+        if (
+            grown > 0
+            and self.budget is not None
+            and self.failing is None
+            and self.current + grown > self.budget
+        ):
+            self.failing = Allocation(grown, "resize_", (storage.nbytes(),), "bytes")
+            self.allocated_at_failure = self.current
+        if grown:  # the allocator sees a resize as a free and a new block
+            if entry.nbytes:
+                self.trace.events.append((FREE, entry.uid, 0, None))
+            if nbytes:
+                self.trace.events.append((ALLOC, entry.uid, storage.nbytes(), "resize_"))
+        entry.nbytes = nbytes
+        self.current += grown
+        if self.current > self.peak:
+            self._record_peak()
+
+    def _may_cross(self, nbytes: int) -> bool:
+        """Could `nbytes` more make a new peak or cross the budget? (``current`` may still count the dead.)"""
+        if self.current + nbytes > self.peak:
+            return True
+        return self.budget is not None and self.failing is None and self.current + nbytes > self.budget
+
     def _sweep(self) -> None:
         dead = [k for k, e in self.live.items() if e.ref.expired()]
         for k in dead:
-            entry = self.live.pop(k)
-            self.current -= entry.nbytes
-            if entry.nbytes:
-                self.trace.events.append((FREE, entry.uid, 0, None))
+            self._drop(k)
 
     def _tag(self, func, t: torch.Tensor, args) -> str:
         if self.tag_new:
             return self.tag_new
         if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
-            source = StorageWeakRef(args[0].untyped_storage()).cdata
-            if source in self.weight_keys:
-                return "weights"  # autocast's low-precision copy of a weight
+            for source in _plain([args[0]]):
+                if StorageWeakRef(source.untyped_storage()).cdata in self.weight_keys:
+                    return "weights"  # autocast's low-precision copy of a weight
         if (
             self.vocab_size
             and t.dim() >= 2
@@ -123,18 +175,15 @@ class AllocationTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        swept = False
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor):
-                continue
+        for t in _plain(tree_flatten(out)[0]):
             storage = t.untyped_storage()
             entry = self.live.get(StorageWeakRef(storage).cdata)
             if entry is not None and not entry.ref.expired():
                 continue  # a view, or an in-place result
-            if not swept:
-                self._sweep()  # frees happen between ops: settle them before counting the new block
-                swept = True
             nbytes = block_size(storage.nbytes())
+            # frees happen between ops: settle them before the new block (the allocator replay needs
+            # their order; the peak and the budget only need them when this block could cross either)
+            self._sweep()
             alloc = Allocation(
                 nbytes, str(func.overloadpacket.__name__), tuple(t.shape), str(t.dtype).replace("torch.", "")
             )
@@ -153,11 +202,25 @@ class AllocationTracker(TorchDispatchMode):
         self.peak = self.current
         self.peak_live = [(k, e.nbytes, e.tag) for k, e in self.live.items()]
         self.peak_grad_keys = {
-            StorageWeakRef(p.grad.untyped_storage()).cdata for p in self.grads_of if p.grad is not None
+            StorageWeakRef(g.untyped_storage()).cdata
+            for g in _plain(p.grad for p in self.grads_of if p.grad is not None)
         }
 
     def breakdown(self) -> dict[str, int]:
         out = dict.fromkeys(CATEGORIES, 0)
         for key, nbytes, tag in self.peak_live:
-            out["gradients" if key in self.peak_grad_keys else tag] += nbytes
+            name = "gradients" if key in self.peak_grad_keys else tag
+            out[name] = out.get(name, 0) + nbytes  # a strategy may add its own (ddp_buckets)
         return out
+
+
+def _plain(tensors):
+    """The tensors that own storage: a DTensor (FSDP2's sharded parameter) stands for its local shard."""
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if is_traceable_wrapper_subclass(t):
+            names, _ = t.__tensor_flatten__()
+            yield from _plain(getattr(t, n) for n in names)
+        else:
+            yield t
