@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from oomguide import memory, oom
+from oomguide import explain as ex
+from oomguide import memory
 from oomguide.cli import main
 from oomguide.config import load_config
+from oomguide.i18n import gettext_for
 
 ROOT = Path(__file__).resolve().parents[1]
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -95,7 +97,7 @@ def run_main(capsys, *argv, stdin: str | None = None, monkeypatch=None):
 
 @pytest.fixture
 def message_file(tmp_path):
-    def write(text: str, name: str = "oom.txt") -> str:
+    def write(text: str, name: str = "ex.txt") -> str:
         path = tmp_path / name
         path.write_text(text, encoding="utf-8")
         return str(path)
@@ -106,7 +108,7 @@ def message_file(tmp_path):
 # --- sizes as PyTorch prints them -----------------------------------------------------------
 def test_format_size_is_pytorchs():
     for n in (0, 512, 1024, 1025, 20 * MiB, MiB, MiB + 1, GiB, GiB + 1, LOGITS_394, LOGITS_6_14):
-        assert oom.format_size(n) == fmt(n)
+        assert ex.format_size(n) == fmt(n)
     assert fmt(segment(LOGITS_394)) == "394.00 MiB"  # 393 MiB rounded up to the allocator's 2 MiB
     assert LOGITS_6_14 % (2 * MiB) == 0 and fmt(segment(LOGITS_6_14)) == "6.14 GiB"
     assert fmt(segment(4 * MiB)) == "20.00 MiB" and fmt(segment(512)) == "2.00 MiB"
@@ -114,15 +116,15 @@ def test_format_size_is_pytorchs():
 
 # --- FACTS 18: 6.14 GiB -----------------------------------------------------------------------
 def test_6_14_gib_is_logits_at_batch_32_float32_and_batch_64_bf16():
-    result = oom.explain(msg_6_14())
+    result = ex.explain(msg_6_14())
     assert result.matched_by == "search"
     found = {(m["dtype"], m["batch_size"], m["block_size"], m["vocab_size"]): m for m in result.matches}
-    bf16 = found[(oom.SIXTEEN_BIT, 64, 1024, 50304)]
+    bf16 = found[(ex.SIXTEEN_BIT, 64, 1024, 50304)]
     fp32 = found[("float32", 32, 1024, 50304)]
     assert bf16["bytes"] == fp32["bytes"] == LOGITS_6_14 == 64 * 1024 * 50304 * 2 == 32 * 1024 * 50304 * 4
     assert bf16["shape"] == [65536, 50304] and fp32["shape"] == [32768, 50304]
     assert result.matches[0] is bf16 and result.matches[1] is fp32  # block 1024, vocab 50304 first
-    text = oom.render(result, "en")
+    text = ex.render(result, "en")
     assert (
         "batch 64 × block 1024 × vocab 50304 × 2 bytes (bfloat16/float16) = 6,593,445,888 bytes → 6.14 GiB"
         in text
@@ -165,7 +167,7 @@ def test_6_14_gib_with_a_config_names_that_configs_bf16_logits(capsys, message_f
 def test_394_mib_is_the_float32_copy_at_batch_2(capsys, message_file):
     capacity = int(15.75 * GiB)
     message = old_message(segment(LOGITS_394), capacity, int(14.20 * GiB), int(250 * MiB), int(14.30 * GiB))
-    plain = oom.explain(message)
+    plain = ex.explain(message)
     assert {
         "dtype": "float32",
         "batch_size": 2,
@@ -194,7 +196,7 @@ def test_394_mib_is_the_float32_copy_at_batch_2(capsys, message_file):
 def test_gpt2_xl_model_states_against_a_24gb_card(capsys, message_file):
     message = new_message(2 * MiB, CARD_24GB, 1 * MiB, int(23.67 * GiB), int(23.21 * GiB), 150 * MiB)
     config = load_config([], ["init_from=gpt2-xl", "batch_size=1"])
-    result = oom.explain(message, config, predict=False)
+    result = ex.explain(message, config, predict=False)
     states = result.model_states
     assert states["parameters"] == GPT2_XL_PARAMS
     assert states["states_bytes"] == 16 * GPT2_XL_PARAMS == 24_921_779_200  # 24.92 GB = 23.21 GiB
@@ -204,7 +206,7 @@ def test_gpt2_xl_model_states_against_a_24gb_card(capsys, message_file):
     assert states["states_bytes"] + states["autocast_copies_bytes"] > CARD_24GB
     assert result.diagnosis[0] == "model_states_with_copies_exceed_card"
     assert "model_states_exceed_card" not in result.diagnosis
-    text = oom.render(result, "en")
+    text = ex.render(result, "en")
     assert (
         "= 23.21 GiB (24.92 GB), which alone fits the 23.44 GiB PyTorch can use of this 23.69 GiB card"
         in text
@@ -244,15 +246,15 @@ def test_fragmentation_is_diagnosed():
     message = new_message(
         int(2.5 * GiB), CARD_24GB, int(400 * MiB), int(23.30 * GiB), int(19.90 * GiB), 3 * GiB
     )
-    result = oom.explain(message)
+    result = ex.explain(message)
     assert "fragmentation" in result.diagnosis and "other_processes" not in result.diagnosis
     assert ("estimate-loss-oom", "expandable-segments") in result.sections
-    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in oom.render(result, "en")
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in ex.render(result, "en")
     # the same card with only 150 MiB cached: no fragmentation
     tight = new_message(
         int(2.5 * GiB), CARD_24GB, int(400 * MiB), int(23.30 * GiB), int(22.75 * GiB), 150 * MiB
     )
-    assert oom.explain(tight).diagnosis == ["too_little_memory"]
+    assert ex.explain(tight).diagnosis == ["too_little_memory"]
 
 
 def test_other_processes_are_diagnosed():
@@ -260,20 +262,20 @@ def test_other_processes_are_diagnosed():
     message = new_message(
         1 * GiB, capacity, free, in_use, int(9.40 * GiB), 200 * MiB, processes=[(4242, 13 * GiB)]
     )
-    result = oom.explain(message)
+    result = ex.explain(message)
     figs = result.figures
     assert figs.processes == [{"pid": 4242, "bytes": 13 * GiB, "printed": "13.00 GiB"}]
     assert figs.other_processes == pytest.approx(capacity - free - in_use, abs=10 * MiB)
     assert "other_processes" in result.diagnosis
     assert ("estimate-loss-oom", "hardware-setup") in result.sections
-    text = oom.render(result, "en")
+    text = ex.render(result, "en")
     assert "Other processes hold 13.40 GiB of this card" in text and "process 4242: 13.00 GiB" in text
     # pre-2.1: this process's total is not in the message; what PyTorch does not hold, less 1 GiB for the
     # CUDA context, is what other processes hold at least
-    old = oom.explain(old_message(1 * GiB, capacity, int(9.40 * GiB), free, int(9.60 * GiB)))
+    old = ex.explain(old_message(1 * GiB, capacity, int(9.40 * GiB), free, int(9.60 * GiB)))
     assert "other_processes" in old.diagnosis
-    assert "13.80 GiB of the card is not held by PyTorch in this process" in oom.render(old, "en")
-    alone = oom.explain(old_message(1 * GiB, capacity, int(22.60 * GiB), free, int(22.80 * GiB)))
+    assert "13.80 GiB of the card is not held by PyTorch in this process" in ex.render(old, "en")
+    alone = ex.explain(old_message(1 * GiB, capacity, int(22.60 * GiB), free, int(22.80 * GiB)))
     assert alone.diagnosis == ["too_little_memory"]  # 600 MiB outside PyTorch: the CUDA context, not others
 
 
@@ -286,8 +288,8 @@ def test_both_formats_give_the_same_figures():
         9 * GiB,
         GiB // 4,
     )
-    new, _ = oom.parse_message(new_message(req, capacity, free, 9 * GiB + GiB // 2, allocated, unallocated))
-    old, _ = oom.parse_message(old_message(req, capacity, allocated, free, allocated + unallocated))
+    new, _ = ex.parse_message(new_message(req, capacity, free, 9 * GiB + GiB // 2, allocated, unallocated))
+    old, _ = ex.parse_message(old_message(req, capacity, allocated, free, allocated + unallocated))
     assert (new.format, old.format) == ("2.1+", "pre-2.1")
     for name in ("requested", "capacity", "free", "allocated", "reserved_unallocated", "reserved", "gpu"):
         assert getattr(new, name) == getattr(old, name), name
@@ -305,25 +307,25 @@ def test_capacty_typo_and_wrapped_lines_parse():
         allocated=int(6.0 * GiB),
         unallocated=int(100 * MiB),
     )
-    right, _ = oom.parse_message(new_message(**figures))
-    typo, _ = oom.parse_message(new_message(**figures, capacity_word="capacty"))
-    wrapped, _ = oom.parse_message(
+    right, _ = ex.parse_message(new_message(**figures))
+    typo, _ = ex.parse_message(new_message(**figures, capacity_word="capacty"))
+    wrapped, _ = ex.parse_message(
         new_message(**figures).replace(" is free. ", " is free.\n").replace(" and ", "\nand ")
     )
     assert right == typo == wrapped
 
 
 def test_traceback_through_estimate_loss_links_the_eval_pages():
-    result = oom.explain(traceback(msg_6_14()))
+    result = ex.explain(traceback(msg_6_14()))
     assert result.context == "estimate_loss"
-    links = [oom.guide_url(p, a, "en") for p, a in result.sections]
+    links = [ex.guide_url(p, a, "en") for p, a in result.sections]
     for expected in (
         "estimate-loss-oom/#reduce-batch-size",
         "eval-oom-12gb/#eval-batch-size",
         "beyond/#chunked-loss",
     ):
         assert f"http://127.0.0.1:8000/{expected}" in links
-    train = oom.explain(traceback(msg_6_14(), in_eval=False))
+    train = ex.explain(traceback(msg_6_14(), in_eval=False))
     assert train.context == "train_step"
     assert train.sections[:2] == [("estimate-loss-oom", "reduce-batch-size"), ("beyond", "chunked-loss")]
 
@@ -335,57 +337,45 @@ def test_the_last_of_several_messages_is_explained():
         + "\nDuring handling of the above exception, another exception occurred:\n\n"
         + msg_6_14()
     )
-    result = oom.explain(text)
+    result = ex.explain(text)
     assert result.messages_found == 2 and result.figures.printed["requested"] == "6.14 GiB"
 
 
 def test_small_and_huge_requests():
-    small = oom.explain(new_message(20 * MiB, CARD_24GB, 10 * MiB, 23 * GiB, 22 * GiB, 50 * MiB))
+    small = ex.explain(new_message(20 * MiB, CARD_24GB, 10 * MiB, 23 * GiB, 22 * GiB, 50 * MiB))
     assert small.matched_by == "small" and small.matches == []
-    huge = oom.explain(new_message(130_000 * GiB, CARD_24GB, 16 * GiB, 7 * GiB, int(5.4 * GiB), GiB))
+    huge = ex.explain(new_message(130_000 * GiB, CARD_24GB, 16 * GiB, 7 * GiB, int(5.4 * GiB), GiB))
     assert "too_little_memory" in huge.diagnosis
-    assert "larger than the whole card" in oom.render(huge, "en")
+    assert "larger than the whole card" in ex.render(huge, "en")
 
 
 # --- languages and links -----------------------------------------------------------------------
-def test_catalogue_is_complete_in_every_language():
-    for table in (oom.MESSAGES, oom.TENSOR_NAMES):
-        assert set(table) == set(oom.LANGS)
-        for lang in oom.LANGS:
-            assert set(table[lang]) == set(table["en"]), lang
-            for key, text in table[lang].items():
-                fields = set(re.findall(r"\{(\w+)\}", text))
-                assert fields == set(re.findall(r"\{(\w+)\}", table["en"][key])), (lang, key)
-
-
 def test_japanese_output_and_links(capsys, message_file, monkeypatch):
-    monkeypatch.delenv(oom.SITE_URL_ENV, raising=False)
+    monkeypatch.delenv(ex.SITE_URL_ENV, raising=False)
     rc, out, err = run_main(capsys, message_file(traceback(msg_6_14())), "--lang", "ja")
     assert rc == 0, err
     assert "読み取った数値" in out and "診断" in out and "評価中にメモリが不足しました" in out
     links = re.findall(r"http://\S+", out)
     assert links and all(link.startswith("http://127.0.0.1:8000/ja/") for link in links)
-    for lang in oom.LANGS:  # every language renders, with its own links
-        text = oom.render(oom.explain(msg_6_14()), lang)
-        assert oom.MESSAGES[lang]["h_diagnosis"] in text
+    for lang in ex.LANGS:  # every language renders, with its own links
+        text = ex.render(ex.explain(msg_6_14()), lang)
+        assert gettext_for(lang)(ex.TEXT["h_diagnosis"]) in text
         prefix = "http://127.0.0.1:8000/" + ("" if lang == "en" else f"{lang}/")
         assert all(link.startswith(prefix) for link in re.findall(r"http://\S+", text))
 
 
 def test_site_url_from_the_environment(monkeypatch):
-    monkeypatch.setenv(oom.SITE_URL_ENV, "https://example.org/oomguide/")
+    monkeypatch.setenv(ex.SITE_URL_ENV, "https://example.org/oomguide/")
+    assert ex.guide_url("beyond", "chunked-loss", "en") == "https://example.org/oomguide/beyond/#chunked-loss"
     assert (
-        oom.guide_url("beyond", "chunked-loss", "en") == "https://example.org/oomguide/beyond/#chunked-loss"
-    )
-    assert (
-        oom.guide_url("where-the-memory-goes", None, "zh")
+        ex.guide_url("where-the-memory-goes", None, "zh")
         == "https://example.org/oomguide/zh/where-the-memory-goes/"
     )
     with pytest.raises(KeyError):
-        oom.guide_url("beyond", "no-such-anchor", "en")
+        ex.guide_url("beyond", "no-such-anchor", "en")
 
 
-SECTIONS = [(lang, page) for lang in oom.LANGS for page, anchors in oom.GUIDE_SECTIONS.items() if anchors]
+SECTIONS = [(lang, page) for lang in ex.LANGS for page, anchors in ex.GUIDE_SECTIONS.items() if anchors]
 
 
 @pytest.mark.parametrize(("lang", "page"), SECTIONS, ids=[f"{lang}/{page}" for lang, page in SECTIONS])
@@ -396,7 +386,7 @@ def test_every_linked_anchor_exists(lang, page):
     text = path.read_text(encoding="utf-8")
     missing = [
         a
-        for a in oom.GUIDE_SECTIONS[page]
+        for a in ex.GUIDE_SECTIONS[page]
         if not re.search(r"\{\s*#" + re.escape(a) + r"(\s[^}]*)?\s*\}", text)
     ]
     assert not missing, f"{path.relative_to(ROOT)} lacks the anchors {missing}"
@@ -426,7 +416,7 @@ def _one_line_error(err: str) -> None:
             "MPS",
         ),
         ((), "CUDA out of memory. Tried to allocate 2.00 GiB\n", "paste the whole message"),
-        (("/no/such/oom.txt",), None, "file not found"),
+        (("/no/such/ex.txt",), None, "file not found"),
         (("-", "--set", "batch_size=abc"), "MSG", "batch_size must be int"),
         (("-", "--set", "batch_size"), "MSG", "not key=value"),
     ],
@@ -450,7 +440,7 @@ def test_bad_language_is_an_argparse_error(capsys):
 
 def test_cli_as_a_subprocess(tmp_path):
     """The real command line, as a user runs it (each process pays for importing torch)."""
-    good = tmp_path / "oom.txt"
+    good = tmp_path / "ex.txt"
     good.write_text(traceback(msg_6_14()), encoding="utf-8")
     cases = {  # one per exit path, side by side; every bad input also runs in-process above
         "good": ([], good.read_text()),  # FILE defaults to stdin
