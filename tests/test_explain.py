@@ -409,7 +409,7 @@ def _one_line_error(err: str) -> None:
     [
         ((), "", "empty"),
         ((), "step 0: train loss 10.9, val loss 10.9\n", "no CUDA out-of-memory message"),
-        ((), "RuntimeError: CUDA error: out of memory\n", "no 'Tried to allocate"),
+        ((), "torch.OutOfMemoryError: CUDA out of memory.\n", "no figures at all"),
         (
             (),
             "RuntimeError: MPS backend out of memory (MPS allocated: 1.2 GB). Tried to allocate 256.00 MB",
@@ -466,3 +466,157 @@ def test_cli_as_a_subprocess(tmp_path):
         assert rc == 2, (name, err)
         assert out == ""
         _one_line_error(err)
+
+
+# --- the other formats (FACTS 25, issue 10 item 6) ------------------------------------------------
+def cached_message(req, capacity, allocated, free, cached):
+    """PyTorch 1.0-1.3: the last figure is "cached", reserved but unallocated."""
+    return (
+        f"RuntimeError: CUDA out of memory. Tried to allocate {fmt(req)} (GPU 0; {fmt(capacity)} total "
+        f"capacity; {fmt(allocated)} already allocated; {fmt(free)} free; {fmt(cached)} cached)\n"
+    )
+
+
+def test_cached_is_reserved_but_unallocated():
+    """A 1.0-1.3 message: 5.90 GiB cached is PyTorch's, not other processes' (FACTS 25)."""
+    capacity, allocated, free, cached = int(11.17 * GiB), 5 * GiB, 100 * MiB, int(5.9 * GiB)
+    result = ex.explain(cached_message(2 * GiB, capacity, allocated, free, cached))
+    figs = result.figures
+    assert figs.format == "1.0-1.3"
+    assert figs.reserved_unallocated == pytest.approx(cached, abs=6 * MiB)
+    assert figs.reserved == pytest.approx(allocated + cached, abs=6 * MiB)
+    assert figs.outside_pytorch == pytest.approx(capacity - free - allocated - cached, abs=12 * MiB)
+    assert "other_processes" not in result.diagnosis and "fragmentation" in result.diagnosis
+    text = ex.render(result, "en")
+    assert "reserved by PyTorch, unallocated: 5.90 GiB" in text
+    assert "reserved by PyTorch in total: 10.90 GiB" in text
+    # the same figures as a 1.4-2.0 message with R = A + cached read the same
+    same = ex.explain(old_message(2 * GiB, capacity, allocated, free, allocated + cached)).figures
+    assert (same.reserved, same.reserved_unallocated) == (figs.reserved, figs.reserved_unallocated)
+
+
+def test_short_form_with_and_without_a_request(capsys, monkeypatch):
+    short = f"GPU 0 has {fmt(int(7.79 * GiB))} total, {fmt(30 * MiB)} free, {fmt(int(7.2 * GiB))} in use by this process"
+    result = ex.explain(
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {fmt(512 * MiB)}. {short}."
+    )
+    figs = result.figures
+    assert (figs.format, figs.requested, figs.printed["in_use"]) == ("short", 512 * MiB, "7.20 GiB")
+    assert figs.other_processes == pytest.approx(int(7.79 * GiB) - 30 * MiB - int(7.2 * GiB), abs=12 * MiB)
+    assert "in use by this process: 7.20 GiB" in ex.render(result, "en")
+    rc, out, err = run_main(capsys, "-", stdin=short + "\n", monkeypatch=monkeypatch)
+    assert rc == 0, err
+    assert "without a requested size" in out and "this process held 7.20 GiB of the 7.79 GiB card" in out
+
+
+def test_cuda_malloc_async_format():
+    message = (
+        "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)\n"
+        f"Currently allocated     : {fmt(int(10.5 * GiB))}\nRequested               : {fmt(LOGITS_6_14)}\n"
+        f"Device limit            : {fmt(int(23.69 * GiB))}\nFree (according to CUDA): {fmt(int(1.2 * GiB))}\n"
+        "PyTorch limit (set by user-supplied memory fraction)\n                        : "
+        f"{fmt(int(12 * GiB))}\n"
+    )
+    result = ex.explain(message)
+    figs = result.figures
+    assert figs.format == "cudaMallocAsync" and figs.allowed == 12 * GiB
+    assert figs.requested == pytest.approx(LOGITS_6_14, abs=0.005 * GiB)
+    assert result.matches and result.matches[0]["batch_size"] == 64
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported\n",
+        "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCGeneral.cpp:50\n",
+    ],
+)
+def test_a_message_without_a_request_is_explained(capsys, monkeypatch, message):
+    tb = (
+        'Traceback (most recent call last):\n  File "train.py", line 150, in <module>\n    model.to(device)\n'
+    )
+    rc, out, err = run_main(capsys, "-", stdin=tb + message, monkeypatch=monkeypatch)
+    assert rc == 0 and err == ""
+    assert "outside PyTorch's caching allocator" in out and "nvidia-smi" in out
+    assert "moving tensors to the GPU" in out
+    assert "docs/en/estimate-loss-oom.md#hardware-setup" in out
+    for lang in ex.LANGS:
+        assert gettext_for(lang)(ex.TEXT["h_checks"]) in ex.render(ex.explain(message), lang)
+
+
+# --- the prediction disagrees with the message ------------------------------------------------------
+def test_disagreement_names_the_figures_that_explain_it():
+    """The article's message, failed in estimate_loss, against a config whose evaluation fits."""
+    message = traceback(
+        new_message(segment(LOGITS_6_14), int(11.69 * GiB), int(2.68 * GiB), int(7.04 * GiB),
+                    int(6.78 * GiB), int(224.9 * MiB))
+    )  # fmt: skip
+    config = load_config([], ["batch_size=8", "dtype=bfloat16"])
+    result = ex.explain(message, config)
+    assert result.prediction["phases"]["estimate_loss"]["fits"]
+    d = result.disagreement
+    assert d["phase"] == "estimate_loss"
+    codes = {item["code"]: item for item in d["figures"]}
+    peak = result.prediction["phases"]["estimate_loss"]["peak_bytes"]
+    # other processes held 1.97 GiB: the card minus that still holds the predicted peak (a part only)
+    assert codes["other_processes"]["bytes"] == pytest.approx(int(1.97 * GiB), abs=12 * MiB)
+    assert codes["other_processes"]["explains"] is False
+    # 6.78 GiB allocated + the 6.14 GiB request: far beyond the predicted peak of batch 8
+    beyond = codes["allocated_beyond_prediction"]
+    assert beyond["bytes"] == result.figures.allocated + result.figures.requested - peak > 0
+    # 224.90 MiB reserved but unallocated is 1.9 % of the card: named, as fragmentation
+    assert codes["fragmentation"]["bytes"] == pytest.approx(int(224.9 * MiB), abs=MiB)
+    text = ex.render(result, "en")
+    assert "Why the prediction and the message differ" in text
+    assert "PyTorch held 6.78 GiB and asked for 6.14 GiB more" in text
+    data = result.to_json("en")
+    assert data["disagreement"] == d
+
+
+# --- links: the site's address from mkdocs.yml, and the page path beside it --------------------------
+def test_links_come_from_mkdocs_site_url_and_show_the_page_path(monkeypatch, tmp_path):
+    monkeypatch.delenv(ex.SITE_URL_ENV, raising=False)
+    mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    configured = re.search(r"^site_url:\s*(\S+)", mkdocs, re.M).group(1).rstrip("/")
+    assert ex.site_url() == configured
+    assert ex.guide_url("beyond", "chunked-loss", "ja") == f"{configured}/ja/beyond/#chunked-loss"
+    assert (
+        ex.page_path("eval-oom-12gb", "eval-batch-size", "ja") == "docs/ja/eval-oom-12gb.md#eval-batch-size"
+    )
+    assert ex.page_path("where-the-memory-goes", None, "fr") == "docs/fr/where-the-memory-goes.ipynb"
+    text = ex.render(ex.explain(traceback(msg_6_14())), "ja")
+    line = next(x for x in text.splitlines() if "eval-batch-size" in x)
+    assert line.split() == [
+        f"{configured}/ja/eval-oom-12gb/#eval-batch-size",
+        "docs/ja/eval-oom-12gb.md#eval-batch-size",
+    ]
+    for path in ex.explain(traceback(msg_6_14())).to_json("de")["link_paths"]:
+        file, _, anchor = path.partition("#")
+        assert (ROOT / file).is_file(), path
+    # another site_url in mkdocs.yml is the one used; the environment variable wins over it
+    from oomguide.explain import links
+
+    other = tmp_path / "mkdocs.yml"
+    other.write_text("site_name: x\nsite_url: https://guide.example/oom/ # comment\n", encoding="utf-8")
+    assert links.configured_site_url(other) == "https://guide.example/oom/"
+    monkeypatch.setattr(links, "configured_site_url", lambda: "https://guide.example/oom/")
+    assert ex.guide_url("beyond", None, "en") == "https://guide.example/oom/beyond/"
+    monkeypatch.setenv(ex.SITE_URL_ENV, "https://mirror.example/")
+    assert ex.guide_url("beyond", None, "zh") == "https://mirror.example/zh/beyond/"
+
+
+def test_check_fails_within_the_budget_when_the_model_states_do_not_fit(capsys):
+    """gpt2-xl on a 12 GiB card: the failure is reported while the AdamW state is created, with less
+    than the budget already allocated (it used to print 17.50 GiB for an 11.75 GiB budget)."""
+    rc = main(["check", "--set", "init_from=gpt2-xl", "--gpu-memory", "12GiB", "--phase", "train_step",
+               "--no-search", "--json"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 1
+    r = json.loads(out)["phases"]["train_step"]
+    budget = memory.usable_bytes(12 * GiB)
+    assert r["fits"] is False and r["budget_bytes"] == budget
+    assert (
+        r["allocated_at_failure_bytes"]
+        <= budget
+        < r["allocated_at_failure_bytes"] + r["failing_allocation_bytes"]
+    )

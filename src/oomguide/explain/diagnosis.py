@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from .. import memory
 from .formats import NoRequest, OOMFigures, detect_context, parse_message
-from .links import guide_url
+from .links import guide_url, page_path
 from .tensors import ACTIVATION_TENSORS, LOGITS_TENSORS, match_request
 
 GiB, MiB = memory.GiB, memory.MiB
@@ -215,6 +215,7 @@ class Explanation:
             out["prediction"] = self.prediction
         if self.disagreement is not None:
             out["disagreement"] = self.disagreement
+        out["link_paths"] = [page_path(p, a, lang) for p, a in self.sections]
         return out
 
 
@@ -262,4 +263,5 @@ def explain(
                 "usable_bytes": memory.usable_bytes(card),
                 "phases": phases,
             }
+            result.disagreement = disagreement(figs, result.prediction, context, card)
     return result

@@ -19,10 +19,10 @@ The formats, newest first (``FORMATS``; each parser names the PyTorch versions t
   Currently allocated : A Requested : X Device limit : T Free (according to CUDA): F PyTorch limit
   (set by user-supplied memory fraction) : L`` (PyTorch 2.0 and later, with
   ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``; c10/cuda/CUDAMallocAsyncAllocator.cpp).
-- ``short``: ``GPU has X total, Y free, Z in use by this process`` (quoted from user reports in
-  issue 10; its origin was not found in PyTorch's c10 allocators, so no version is claimed). With a
+- ``short``: ``GPU has X total, Y free, Z in use by this process`` (the wording issue 10
+  quotes from a report; not found in PyTorch's c10 allocators, so no version is claimed). With a
   "Tried to allocate" before it, it is read like the others; without one it is a :class:`NoRequest`.
-- ``no request``: ``CUDA error: out of memory`` (any version; ``cuda runtime error (2) : out of
+- ``CUDA error``: ``CUDA error: out of memory`` (any version; ``cuda runtime error (2) : out of
   memory`` before 1.0): raised outside the caching allocator (context creation, ``model.to(device)``
   while another process holds the card, a library's own cudaMalloc). No figures: a :class:`NoRequest`.
 
@@ -137,7 +137,7 @@ class OOMFigures:
 class NoRequest:
     """A CUDA out-of-memory message that asks for no size: nothing to match, a cause to check."""
 
-    format: str  # "no request" (CUDA error: out of memory) or "short" (figures, no request)
+    format: str  # "CUDA error" (CUDA error: out of memory) or "short" (figures, no request)
     gpu: int | None = None
     capacity: int | None = None
     free: int | None = None
@@ -392,12 +392,27 @@ def parse_message(text: str, source: str = "the input") -> tuple[OOMFigures | No
             except ExplainError as exc:
                 error = error or exc
         raise error
+    short = list(SHORT.finditer(flat))
+    if short:
+        m = short[-1]
+        take = _Reader({})
+        return NoRequest(
+            "short",
+            int(m.group(1)) if m.group(1) else None,
+            take("capacity", m.group(2)),
+            take("free", m.group(3)),
+            take("in_use", m.group(4)),
+            printed=take.printed,
+        ), len(short)
+    errors = NO_REQUEST.findall(flat)
+    if errors:
+        return NoRequest("CUDA error"), len(errors)
     if re.search(r"MPS backend out of memory", flat, re.I):
         raise ExplainError(f"{source} holds an Apple MPS out-of-memory message; oomguide explains CUDA's")
     if re.search(r"out of memory", flat, re.I):
         raise ExplainError(
-            f"{source} says 'out of memory' but has no 'Tried to allocate …': that is not the "
-            "message of PyTorch's CUDA caching allocator, so there are no figures to read"
+            f"{source} says 'out of memory' but holds no figures at all (no 'Tried to allocate …', no "
+            "card sizes): paste the whole message, from 'CUDA out of memory' to its last line"
         )
     raise ExplainError(f"no CUDA out-of-memory message ('Tried to allocate …') in {source}")
 

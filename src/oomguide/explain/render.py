@@ -15,7 +15,7 @@ from .. import figures
 from ..i18n import gettext_for
 from .diagnosis import Explanation
 from .formats import format_size
-from .links import guide_url
+from .links import guide_url, page_path
 from .tensors import ITEMSIZE, SIXTEEN_BIT, TENSOR_NAMES
 from .words import TEXT
 
@@ -84,11 +84,15 @@ def _figure_rows(result: Explanation, lang: str) -> list[str]:
         rows.append(("allowed", figs.printed["allowed"]))
     if figs.in_use is not None:
         rows.append(("in_use", figs.printed["in_use"]))
-    rows.append(("allocated", figs.printed["allocated"]))
-    rows.append(("reserved_unallocated", fmt(figs.reserved_unallocated)))
+    if figs.format != "short":  # the short form does not split this process's memory
+        rows.append(("allocated", figs.printed["allocated"]))
+    if figs.format not in ("short", "cudaMallocAsync"):  # neither says what is cached
+        rows.append(("reserved_unallocated", fmt(figs.reserved_unallocated)))
     if figs.format == "pre-2.1":
         rows.append(("reserved", figs.printed["reserved"]))
-    if figs.non_pytorch is not None:
+    if figs.format == "1.0-1.3":  # "cached" is the unallocated part: the total is A + cached
+        rows.append(("reserved", fmt(figs.reserved)))
+    if figs.non_pytorch is not None and figs.format != "short":
         rows.append(("non_pytorch", fmt(figs.non_pytorch)))
     if figs.other_processes is not None:
         rows.append(("other_processes", fmt(figs.other_processes)))
@@ -168,7 +172,7 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
         req=figs.printed["requested"],
         capacity=figs.printed["capacity"],
         free=figs.printed["free"],
-        allocated=figs.printed["allocated"],
+        allocated=figs.printed.get("allocated", fmt(figs.allocated)),
         unalloc=fmt(figs.reserved_unallocated),
         sum=fmt(figs.free + figs.reserved_unallocated),
         outside=fmt(figs.outside_pytorch),
@@ -205,7 +209,69 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
     return lines
 
 
+def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
+    t = gettext_for(lang)
+    fmt = format_size
+    d, figs = result.disagreement, result.figures
+    lines = ["", t(TEXT["h_disagreement"])]
+    lines.append("  " + t(TEXT["dis_intro"]).format(phase=d["phase"], peak=fmt(d["predicted_peak_bytes"])))
+    for item in d["figures"]:
+        code = item["code"]
+        if code == "different_card":
+            text = t(TEXT["dis_card"]).format(card=fmt(item["bytes"]), capacity=figs.printed["capacity"])
+        elif code == "other_processes":
+            key = "dis_other_explains" if item["explains"] else "dis_other_partly"
+            text = t(TEXT[key]).format(other=fmt(item["bytes"]), room=fmt(item["room_bytes"]))
+        elif code == "fragmentation":
+            text = t(TEXT["dis_fragmentation"]).format(unalloc=fmt(item["bytes"]))
+        else:  # allocated_beyond_prediction
+            text = t(TEXT["dis_allocated"]).format(
+                allocated=figs.printed.get("allocated", fmt(figs.allocated)),
+                req=figs.printed["requested"],
+                total=fmt(item["message_bytes"]),
+                excess=fmt(item["bytes"]),
+            )
+        lines.append("  - " + text)
+    if not d["figures"]:
+        lines.append("  - " + t(TEXT["dis_none"]))
+    return lines
+
+
+def _link_lines(result: Explanation, lang: str) -> list[str]:
+    """Each section as its address and, beside it, its page in the repository (readable without a server)."""
+    t = gettext_for(lang)
+    return ["", t(TEXT["h_links"])] + [
+        f"  {guide_url(p, a, lang)}  {page_path(p, a, lang)}" for p, a in result.sections
+    ]
+
+
+def _render_no_request(result: Explanation, lang: str) -> str:
+    t = gettext_for(lang)
+    figs = result.figures
+    lines = [t(TEXT["title_no_request"]).format(format=figs.format)]
+    if result.messages_found > 1:
+        lines.append(t(TEXT["several"]).format(n=result.messages_found))
+    if result.context:
+        lines.append(t(TEXT[f"context_{result.context}"]))
+    lines += ["", t(TEXT["h_diagnosis"])]
+    if figs.format == "short":
+        lines.append(
+            "  "
+            + t(TEXT["short_no_request"]).format(
+                in_use=figs.printed["in_use"], capacity=figs.printed["capacity"], free=figs.printed["free"]
+            )
+        )
+    lines.append("  " + t(TEXT["no_request"]))
+    lines += ["", t(TEXT["h_checks"])]
+    checks = ["check_nvidia_smi", "check_mem_get_info", "check_weights", "check_launch_blocking"]
+    lines += ["  - " + t(TEXT[key]) for key in checks]
+    lines += _link_lines(result, lang)
+    return "\n".join(lines)
+
+
 def render(result: Explanation, lang: str = "en") -> str:
+    if not result.has_request:
+        return _render_no_request(result, lang)
     t = gettext_for(lang)
     figs = result.figures
     lines = [t(TEXT["title"]).format(gpu=figs.gpu, format=figs.format)]
@@ -219,7 +285,8 @@ def render(result: Explanation, lang: str = "en") -> str:
     lines += ["", t(TEXT["h_tensor"]), *_tensor_lines(result, lang)]
     if result.prediction is not None:
         lines += _prediction_lines(result, lang)
+    if result.disagreement is not None:
+        lines += _disagreement_lines(result, lang)
     lines += ["", t(TEXT["h_diagnosis"]), *_diagnosis_lines(result, lang)]
-    lines += ["", t(TEXT["h_links"])]
-    lines += [f"  {guide_url(p, a, lang)}" for p, a in result.sections]
+    lines += _link_lines(result, lang)
     return "\n".join(lines)

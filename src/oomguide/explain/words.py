@@ -126,4 +126,64 @@ TEXT: dict[str, str] = {
         "Model states: {params} parameters × 16 bytes = {states} ({states_gb}) on a {card} card."
     ),
     "h_links": N_("Read next"),
+    # a message that asks for no size ("CUDA error: out of memory", or the short form alone)
+    "context_to_device": N_(
+        "The traceback passes through .to(device) or .cuda(): it ran out while moving tensors to the GPU."
+    ),
+    "title_no_request": N_("CUDA out of memory (message format: {format}), without a requested size"),
+    "no_request": N_(
+        "CUDA itself ran out of memory, outside PyTorch's caching allocator, so the message names no "
+        "tensor and no size. This happens while CUDA creates its context, loads kernels, or while a "
+        "library (cuBLAS, cuDNN, NCCL) allocates on its own; most often another process already holds "
+        "the card, and the run fails at model.to(device) or at its first CUDA call."
+    ),
+    "short_no_request": N_(
+        "The message gives the card's figures but not the size that was asked for: this process held "
+        "{in_use} of the {capacity} card, {free} was free."
+    ),
+    "h_checks": N_("What to check"),
+    "check_nvidia_smi": N_(
+        "nvidia-smi: which processes hold memory on this card. End those you no longer need "
+        "(kill <PID>), or choose a free card with CUDA_VISIBLE_DEVICES."
+    ),
+    "check_mem_get_info": N_(
+        "torch.cuda.mem_get_info() just before model.to(device): the free and total bytes as CUDA sees "
+        "them, before your model arrives."
+    ),
+    "check_weights": N_(
+        "If the card is free and it still fails at model.to(device), the weights alone do not fit: run "
+        "oomguide check with your config."
+    ),
+    "check_launch_blocking": N_(
+        "CUDA reports errors asynchronously: run once with CUDA_LAUNCH_BLOCKING=1 to see the line that "
+        "really failed."
+    ),
+    # when the prediction says the phase fits, yet the message failed in it
+    "h_disagreement": N_("Why the prediction and the message differ"),
+    "dis_intro": N_(
+        "The message failed in {phase}, but the prediction says {phase} fits (predicted peak {peak}). "
+        "The message's figures that explain the difference:"
+    ),
+    "dis_card": N_("the prediction is for a {card} card; the message's card has {capacity} (--gpu-memory)."),
+    "dis_other_explains": N_(
+        "other processes held {other} of the card. The prediction gives this process the whole card "
+        "less the CUDA context; without their memory about {room} was left for PyTorch, less than the "
+        "predicted peak: this alone explains the failure."
+    ),
+    "dis_other_partly": N_(
+        "other processes held {other} of the card, which left about {room} for PyTorch: still more "
+        "than the predicted peak, so this explains only part of the difference."
+    ),
+    "dis_fragmentation": N_(
+        "{unalloc} was reserved by PyTorch but unallocated (cached in pieces); the prediction assumes "
+        "no fragmentation."
+    ),
+    "dis_allocated": N_(
+        "PyTorch held {allocated} and asked for {req} more: {total}, {excess} beyond the predicted "
+        "peak. Tensors the prediction does not know about were alive: torch.compile's buffers, tensors "
+        "your script keeps, or a config that differs from the run's."
+    ),
+    "dis_none": N_(
+        "none of the message's figures explains it: check that the config you gave is the one the run used."
+    ),
 }
