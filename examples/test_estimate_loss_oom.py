@@ -86,14 +86,25 @@ def test_memory_arithmetic(snippet, figure):
     # the first estimate_loss runs before the first optimizer step: only the weights are there
     first = memory.predict(config.replace(batch_size=1), "estimate_loss", state="first")
     assert first.breakdown["optimizer_state"] == 0 and first.breakdown["gradients"] == 0
-    # one forward with targets on CUDA: bf16 logits + bf16 log-probabilities + a float32 copy
-    one = memory.predict(config.replace(n_layer=1), "estimate_loss", state="first", eval_iters=1)
+    # The loss on CUDA, in units of the bf16 logits, from two observed OOM messages rather than from
+    # the predictor's model of autocast:
+    # - this article's message asks for 6.14 GiB while the (64, 1024, 50304) bf16 logits exist: the
+    #   log-probabilities, one more tensor of the logits' shape and dtype;
+    # - nanoGPT issue #88 (eager, batch 32) asked for 6.14 GiB = 32*1024*50304 * 4 bytes: nll_loss's
+    #   float32 copy, twice the bytes of a 16-bit tensor of that shape (FACTS 18).
     logits = config.batch_size * config.block_size * config.vocab_size * 2
-    # the val forward also runs with the train batch's logits still referenced: 5x; the loss itself 4x
-    assert one.breakdown["logits_and_loss"] == 5 * logits
-    figure("loss_factor", 4, "ratio", decimals=0)
-    figure("loss_bytes_before", 4 * logits, "gib")
-    figure("eval_logits_total_before", 5 * logits, "gib")
+    log_probs = report_bytes("requested")
+    fp32_copy_per_element = report_bytes("requested") / (32 * config.block_size * config.vocab_size)
+    assert abs(log_probs - logits) < 0.005 * GiB  # the request is a bf16 (B, T, V) tensor
+    assert round(fp32_copy_per_element) == 4
+    factor = 1 + round(log_probs / logits) + round(fp32_copy_per_element) // 2
+    figure("loss_factor", factor, "ratio", decimals=0)
+    figure("loss_bytes_before", factor * logits, "gib")
+    # the predictor agrees: one forward with targets, plus the train batch's logits still referenced
+    # while the val batch is forwarded
+    one = memory.predict(config.replace(n_layer=1), "estimate_loss", state="first", eval_iters=1)
+    assert one.breakdown["logits_and_loss"] == (factor + 1) * logits
+    figure("eval_logits_total_before", (factor + 1) * logits, "gib")
     # on a CPU run, autocast puts cross_entropy itself on the float32 list: a different path
     report_other = report_bytes("capacity") - report_bytes("free") - report_bytes("in_use")
     figure("report_other_processes", report_other, "gib")
@@ -146,10 +157,8 @@ def test_fix_no_compile(snippet):
     eager = model(X, Y)[1]
     compiled = torch.compile(model, backend="aot_eager")(X, Y)[1]  # the graph torch.compile traces
     torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
-    # the predictor runs the model eagerly: its figures are the compile=False figures
-    a = memory.predict(config.replace(batch_size=4), "estimate_loss")
-    b = memory.predict(config.replace(batch_size=4, compile=True), "estimate_loss")
-    assert a.peak_bytes == b.peak_bytes
+    # that the predictor's figures are eager figures is checked where it is built: against the same
+    # model run eagerly on real tensors (tests/test_engine.py, fake prediction equals the tracker)
 
 
 def test_fix_block_size(snippet, figure, report):
@@ -270,11 +279,15 @@ def test_fix_eval_settings(snippet, figure, report):
 
 def test_fix_float16_and_gradscaler(snippet, figure):
     """Fix 7: float16 takes the same memory as bfloat16; the scaler line raises no FutureWarning."""
-    base = snippet.config(SITUATION, "estimate-loss-oom/batch-size.py")
     config = snippet.config(SITUATION, "estimate-loss-oom/batch-size.py", "estimate-loss-oom/float16.py")
     assert config.dtype == "float16"
-    for phase in memory.PHASES:
-        assert memory.predict(config, phase).peak_bytes == memory.predict(base, phase).peak_bytes
+    # the same memory as bfloat16, measured on real tensors under real autocast: what the forward
+    # keeps for the backward pass, and the logits, of a small GPT (float32 keeps more: the check bites)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=32, vocab_size=256))
+    X, Y = torch.randint(0, 256, (4, 32)), torch.randint(0, 256, (4, 32))
+    kept = {dtype: saved_for_backward(model, X, Y, dtype) for dtype in (torch.bfloat16, torch.float16, None)}
+    assert kept[torch.float16] == kept[torch.bfloat16] < kept[None]
     line = snippet.path("estimate-loss-oom/gradscaler.py").read_text()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -285,6 +298,20 @@ def test_fix_float16_and_gradscaler(snippet, figure):
     # train.py's old spelling does warn
     with pytest.warns(FutureWarning):
         torch.cuda.amp.GradScaler(enabled=False)
+
+
+def saved_for_backward(model, X, Y, dtype) -> tuple[int, int]:
+    """(bytes the forward saves for the backward pass, bytes of the logits) under CPU autocast."""
+    sizes = []
+
+    def pack(t):
+        sizes.append(t.numel() * t.element_size())
+        return t
+
+    ctx = torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), ctx:
+        logits, _ = model(X, Y)
+    return sum(sizes), logits.numel() * logits.element_size()
 
 
 def test_fix_cpu_fallback(snippet, figure, report):
@@ -315,12 +342,17 @@ def test_fix_cpu_fallback(snippet, figure, report):
         loop.make_scaler("float32", "cpu"),
         loop.autocast_context("cpu", "float32"),
     )
-    loop.train_step(state, get_batch, 1)  # warm-up
-    runs = []
-    for _ in range(3):
-        start = time.perf_counter()
-        loss = loop.train_step(state, get_batch, small.gradient_accumulation_steps)
-        runs.append(time.perf_counter() - start)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # CPU time of one thread: steady on a shared machine, unlike wall time
+    try:
+        loop.train_step(state, get_batch, 1)  # warm-up
+        runs = []
+        for _ in range(3):
+            start = time.process_time()
+            loss = loop.train_step(state, get_batch, small.gradient_accumulation_steps)
+            runs.append(time.process_time() - start)
+    finally:
+        torch.set_num_threads(threads)
     losses = loop.estimate_loss(model, get_batch, 2, state.ctx)
     assert torch.isfinite(loss) and all(v == v for v in losses.values())
     # extrapolate with the usual 6 * params FLOPs per token to the article's full-size iteration
@@ -328,7 +360,10 @@ def test_fix_cpu_fallback(snippet, figure, report):
     flops_per_second = 6 * n_params(small) * tokens_small / statistics.median(runs)
     full = snippet.config(SITUATION, "estimate-loss-oom/expected.py")
     minutes = 6 * n_params(full) * full.tokens_per_iter / flops_per_second / 60
-    figure("cpu_minutes_per_iter", minutes, "float", rel=1.0, decimals=0)
+    # a band, not a tolerance that any positive value meets: within a factor of 1.5 of the printed
+    # value (math.isclose with rel_tol=1/3); a slower or faster machine fails here and updates the page
+    figure("cpu_minutes_per_iter", minutes, "float", rel=1 / 3, decimals=0)
+    assert 0.5 < minutes < 60, minutes  # what the page says: slow, but not hours per iteration
     del fake
     report(
         f"fix cpu fallback: real CPU train step + estimate_loss; about {minutes:.0f} min per full-size iteration"
