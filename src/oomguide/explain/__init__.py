@@ -11,8 +11,9 @@ The package, one module per job, in the order the answer is built:
 - ``render``     the answer as text in one of five languages (catalogs: ``oomguide.i18n``)
 - ``command``    the command line: arguments, input, output
 
-Where to add a message format, a sentence or a translation: CONTRIBUTING.md. Nothing here touches a
-GPU; predictions come from ``oomguide.memory``.
+Where to add a message format, a sentence or a translation: CONTRIBUTING.md. This file only names
+what the CLI, the tests and the notebook use; it must never hold logic of its own. Nothing in the
+package touches a GPU; predictions come from ``oomguide.memory``.
 """
 
 from ..i18n import LANGS
