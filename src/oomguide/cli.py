@@ -11,7 +11,7 @@ import json
 import sys
 import warnings
 
-from . import memory
+from . import memory, versions
 from .config import ConfigError, load_config
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
@@ -124,6 +124,7 @@ def run_check(args) -> int:
         "usable_bytes": memory.usable_bytes(args.gpu_memory),
         "context_bytes": memory.CONTEXT_BYTES,
         "mode": "predicted",
+        **versions.describe(),  # the PyTorch whose code the prediction ran
         "config": config.sources,
         "model": args.model or "oomguide.model.GPT",
         "shape": {
@@ -173,6 +174,7 @@ def _print_check(out: dict, config) -> None:
         + (f" init_from={config.init_from}" if config.init_from != "scratch" else "")
     )
     print(f"vocab_size={shape['vocab_size']}: {out['vocab_from']}")
+    print(f"predicted with: {versions.line(out['torch_version'])}")
     for note in out["warnings"]:
         print(f"note: {note}")
     titles = {
