@@ -263,11 +263,7 @@ def _print_check(out: dict, config) -> None:
         if "max_batch_size" in r:
             mbs = r["max_batch_size"]
             print(f"  largest batch_size that fits: {mbs}" if mbs else "  not even batch_size=1 fits")
-    how = (
-        "torch.compile modelled by its fused loss and casts"
-        if out["compiled"]
-        else "run eagerly (compile=False)"
-    )
+    how = "torch.compile modelled by its fused loss and casts" if out["compiled"] else "the model run eagerly"
     print(
         f"\n(predicted on fake tensors with CUDA's autocast and allocator rounding; {how}; "
         "fragmentation and compile-time workspaces are not modelled: keep some headroom)"
