@@ -188,9 +188,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     out = json.loads(checked.stdout)
     assert out["torch_version"] == torch.__version__
-    assert set(out["phases"]) == {"train_step", "estimate_loss"} and all(
-        p["fits"] for p in out["phases"].values()
-    )
+    assert "train_step" in out["phases"] and all(p["fits"] for p in out["phases"].values())
     print(
         f"pip install . into a fresh venv: build + install {install_seconds:.0f} s, "
         f"total with explain and check {time.perf_counter() - start:.0f} s"
