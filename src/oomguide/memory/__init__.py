@@ -1,0 +1,77 @@
+"""How much GPU memory a phase of nanoGPT's training takes: measured on CUDA, predicted anywhere.
+
+Prediction (no GPU needed): the real model code runs on fake tensors (FACTS 17), which carry shapes
+and dtypes but no data; a dispatch mode sees every storage the ops create and when it dies, so it
+knows the live bytes after every allocation, the peak, the largest allocation and the first one that
+would not fit a budget. A CPU-only PyTorch cannot run fake *CUDA* tensors, so the prediction runs on
+fake CPU tensors and models what CUDA does differently.
+
+The package, one module per job:
+
+- ``units``       sizes, the default card, the CUDA context set aside (``usable_bytes``)
+- ``cuda_model``  everything CUDA does differently from the fake-CPU run: allocator rounding,
+                  CUDA autocast's lists and loss path, recomputation under it
+- ``tracker``     the allocation tracker (TorchDispatchMode)
+- ``models``      oomguide's GPT or a reader's nanoGPT model.py
+- ``predict``     a phase on fake tensors; the batch-size search
+- ``measure``     a phase on a real GPU: the only module that calls torch.cuda
+
+Not modelled yet: kernels' private workspaces, fragmentation, torch.compile.
+The names below are what the CLI, the examples and the notebook use: ``from oomguide import memory``.
+"""
+
+from .cuda_model import CudaAutocast, block_size, cuda_autocast_context, segment_size
+from .measure import (
+    cuda_available,
+    cuda_device_name,
+    cuda_total_bytes,
+    empty_cache_effect,
+    expandable_segments_in_use,
+    limit_cuda_memory,
+    measure,
+)
+from .models import MemoryError_, ModelSource, load_model_source
+from .predict import PHASES, PhaseResult, max_batch_size, predict
+from .tracker import CATEGORIES, Allocation, AllocationTracker
+from .units import (
+    CONTEXT_BYTES,
+    DEFAULT_GPU_MEMORY,
+    GiB,
+    MiB,
+    fmt_bytes,
+    gib,
+    parse_size,
+    usable_bytes,
+)
+
+__all__ = [
+    "CATEGORIES",
+    "CONTEXT_BYTES",
+    "DEFAULT_GPU_MEMORY",
+    "PHASES",
+    "Allocation",
+    "AllocationTracker",
+    "CudaAutocast",
+    "GiB",
+    "MemoryError_",
+    "MiB",
+    "ModelSource",
+    "PhaseResult",
+    "block_size",
+    "cuda_autocast_context",
+    "cuda_available",
+    "cuda_device_name",
+    "cuda_total_bytes",
+    "empty_cache_effect",
+    "expandable_segments_in_use",
+    "fmt_bytes",
+    "gib",
+    "limit_cuda_memory",
+    "load_model_source",
+    "max_batch_size",
+    "measure",
+    "parse_size",
+    "predict",
+    "segment_size",
+    "usable_bytes",
+]

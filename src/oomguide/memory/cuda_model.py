@@ -1,0 +1,196 @@
+"""What CUDA does differently from the fake-CPU run, in one place (FACTS 12, 17, 19).
+
+- the caching allocator's arithmetic: 512-byte blocks, the segment an OOM message names;
+- CUDA autocast's op lists (``CudaAutocast``), its weight-cast cache and CUDA's cross_entropy path;
+- checkpointed recomputation under that autocast.
+
+Never touches a GPU and never imports torch.cuda: it models CUDA on any tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager, nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
+
+from .. import loop
+from .units import MiB
+
+
+def block_size(nbytes: int) -> int:
+    """Bytes the caching allocator books for a tensor: rounded up to 512."""
+    return max(512, -(-nbytes // 512) * 512)
+
+
+def segment_size(nbytes: int) -> int:
+    """The size an OOM message prints as "Tried to allocate": the segment the allocator asks CUDA for.
+
+    Up to 1 MiB: a 2 MiB segment; below 10 MiB: a 20 MiB segment; above: rounded up to 2 MiB.
+    """
+    size = block_size(nbytes)
+    if size <= MiB:
+        return 2 * MiB
+    if size < 10 * MiB:
+        return 20 * MiB
+    return -(-size // (2 * MiB)) * (2 * MiB)
+
+
+def _ops(*names):
+    out = set()
+    for name in names:
+        owner, _, attr = name.rpartition(".")
+        obj = {"F": F, "torch": torch, "Tensor": torch.Tensor}[owner]
+        if hasattr(obj, attr):
+            out.add(getattr(obj, attr))
+    return out
+
+
+# CUDA autocast's lower-precision list and float32 list (PyTorch's amp page), the ops a GPT uses.
+_LOWER = _ops(
+    "F.linear",
+    "torch.matmul",
+    "Tensor.matmul",
+    "Tensor.__matmul__",
+    "Tensor.__rmatmul__",
+    "torch.mm",
+    "Tensor.mm",
+    "torch.bmm",
+    "Tensor.bmm",
+    "torch.baddbmm",
+    "Tensor.baddbmm",
+    "torch.addmm",
+    "Tensor.addmm",
+    "torch.addbmm",
+    "F.scaled_dot_product_attention",
+    "F.conv1d",
+    "F.conv2d",
+    "F.conv3d",
+)
+_FLOAT32 = _ops(
+    "F.layer_norm",
+    "F.group_norm",
+    "F.nll_loss",
+    "F.mse_loss",
+    "F.l1_loss",
+    "F.smooth_l1_loss",
+    "F.kl_div",
+    "F.binary_cross_entropy_with_logits",
+    "torch.exp",
+    "Tensor.exp",
+    "torch.log",
+    "Tensor.log",
+    "torch.pow",
+    "Tensor.pow",
+    "Tensor.__pow__",
+    "torch.rsqrt",
+    "Tensor.rsqrt",
+    "torch.norm",
+    "Tensor.norm",
+    "F.normalize",
+    "torch.logsumexp",
+    "Tensor.logsumexp",
+    "torch.cumsum",
+    "Tensor.cumsum",
+)
+# float32 unless the call names a dtype (autocast's "fp32_set_opt_dtype")
+_FLOAT32_UNLESS_DTYPE = _ops(
+    "F.softmax", "F.log_softmax", "torch.softmax", "torch.log_softmax", "Tensor.softmax", "Tensor.log_softmax"
+)
+
+
+class CudaAutocast(TorchFunctionMode):
+    """``torch.autocast('cuda', dtype)`` as CUDA does it, usable on fake CPU tensors.
+
+    Casts the floating-point arguments of CUDA autocast's lower-precision ops to `dtype` and of its
+    float32 ops to float32, caches the low-precision copies of leaf weights for the duration of the
+    context (as autocast does), and runs ``F.cross_entropy`` the way CUDA does (FACTS 12).
+    """
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+        self.cache: dict[int, torch.Tensor] = {}
+
+    def __exit__(self, *exc):
+        self.cache.clear()
+        return super().__exit__(*exc)
+
+    def _cast(self, value, to):
+        def cast(t):
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dtype in (to, torch.float64):
+                return t
+            if to == self.dtype and t.dtype == torch.float32 and t.is_leaf and t.requires_grad:
+                if id(t) not in self.cache:
+                    self.cache[id(t)] = t.to(to)
+                return self.cache[id(t)]
+            return t.to(to)
+
+        return tree_map(cast, value)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.cross_entropy:
+            return self._cross_entropy(*args, **kwargs)
+        if func in _LOWER:
+            args, kwargs = self._cast((args, kwargs), self.dtype)
+        elif func in _FLOAT32:
+            args, kwargs = self._cast((args, kwargs), torch.float32)
+        elif func in _FLOAT32_UNLESS_DTYPE and kwargs.get("dtype") is None:
+            first = args[0]
+            if isinstance(first, torch.Tensor) and first.dtype in (torch.float16, torch.bfloat16):
+                kwargs = dict(kwargs, dtype=torch.float32)
+        return func(*args, **kwargs)
+
+    def _cross_entropy(
+        self,
+        input,
+        target,
+        weight=None,
+        size_average=None,
+        ignore_index=-100,
+        reduce=None,
+        reduction="mean",
+        label_smoothing=0.0,
+    ):
+        if input.dtype not in (torch.float16, torch.bfloat16) or label_smoothing or input.dim() != 2:
+            return F.cross_entropy(
+                input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing
+            )
+        # cross_entropy_loss is not on CUDA's lists: its log_softmax keeps the input dtype (explicitly),
+        # and nll_loss, on the float32 list, casts the log-probabilities to a float32 copy.
+        logprobs = torch.log_softmax(input, 1, dtype=input.dtype)
+        return F.nll_loss(logprobs.float(), target, weight, size_average, ignore_index, reduce, reduction)
+
+
+@contextmanager
+def _recompute_under(ctx):
+    """Recompute oomguide.model's checkpointed Blocks (grad_checkpoint) under `ctx` in backward.
+
+    torch.utils.checkpoint re-enters torch.autocast for the recomputation, but not a TorchFunctionMode
+    such as CudaAutocast: without this, the recomputed tensors come out float32 and checkpoint fails.
+    """
+    from .. import model as model_module
+
+    original = model_module.checkpoint
+    original_torch = torch.utils.checkpoint.checkpoint  # code that calls torch.utils.checkpoint.checkpoint
+    if isinstance(ctx, CudaAutocast):
+        model_module.checkpoint = functools.partial(
+            original, context_fn=lambda: (nullcontext(), CudaAutocast(ctx.dtype))
+        )
+        torch.utils.checkpoint.checkpoint = functools.partial(
+            original_torch, context_fn=lambda: (nullcontext(), CudaAutocast(ctx.dtype))
+        )
+    try:
+        yield
+    finally:
+        model_module.checkpoint = original
+        torch.utils.checkpoint.checkpoint = original_torch
+
+
+def cuda_autocast_context(dtype: str):
+    """train.py's ``ctx`` for a CUDA run, reproduced on CPU tensors for the prediction."""
+    return nullcontext() if dtype == "float32" else CudaAutocast(loop.PTDTYPE[dtype])

@@ -1,0 +1,144 @@
+"""Measure a phase on a real CUDA GPU: the only module of oomguide that calls torch.cuda.
+
+``measure`` runs the same phase as ``predict`` on the GPU, capped to a budget with
+``torch.cuda.set_per_process_memory_fraction`` (FACTS 15). Nothing else in oomguide may touch CUDA.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .. import loop
+from ..config import TrainConfig
+from .models import ModelSource
+from .predict import PhaseResult
+from .units import CONTEXT_BYTES, MiB, usable_bytes
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def cuda_total_bytes() -> int:
+    return torch.cuda.get_device_properties(0).total_memory
+
+
+def cuda_device_name() -> str:
+    return torch.cuda.get_device_name(0)
+
+
+def limit_cuda_memory(gpu_memory: int, context_bytes: int = CONTEXT_BYTES) -> float:
+    """Cap this process's caching allocator to a smaller card's usable memory (FACTS 15). Returns the fraction."""
+    fraction = min(1.0, usable_bytes(gpu_memory, context_bytes) / cuda_total_bytes())
+    torch.cuda.set_per_process_memory_fraction(fraction, 0)
+    return fraction
+
+
+def measure(
+    config: TrainConfig,
+    phase: str,
+    data_dir: str | Path,
+    gpu_memory: int | None = None,
+    *,
+    source: ModelSource | None = None,
+    state: str = "training",
+    iters: int = 1,
+    context_bytes: int = CONTEXT_BYTES,
+    stale_logits: bool = True,
+) -> PhaseResult:
+    """Run `phase` for real on CUDA and report the allocator's peak. An OOM is a result (fits=False).
+
+    `stale_logits=False`: drop the warm-up step's last logits before the phase (as predict's option).
+    """
+    if not cuda_available():
+        raise RuntimeError("measure() needs a CUDA GPU; use predict() elsewhere")
+    source = source or ModelSource()
+    device = "cuda"
+    budget = None
+    if gpu_memory is not None:
+        limit_cuda_memory(gpu_memory, context_bytes)
+        budget = usable_bytes(gpu_memory, context_bytes)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    data = loop.BinData(Path(data_dir), config.batch_size, config.block_size, device)
+    model = optimizer = train_state = None
+    fits, failing = True, None
+    try:
+        model = source.build(config.gpt_config()).to(device)
+        model.train()
+        optimizer = loop.make_optimizer(model, config, device)
+        ctx = loop.autocast_context(device, config.dtype)
+        train_state = loop.TrainState(model, optimizer, loop.make_scaler(config.dtype, device), ctx)
+        if state == "training":
+            # one real step first: AdamW's state and the last logits exist, as during training
+            loop.train_step(train_state, data.get_batch, 1, config.grad_clip)
+            if not stale_logits:
+                train_state.logits = None
+        torch.cuda.reset_peak_memory_stats()
+        if phase == "train_step":
+            for _ in range(iters):
+                loop.train_step(
+                    train_state, data.get_batch, config.gradient_accumulation_steps, config.grad_clip
+                )
+        else:
+
+            def get_batch(split):
+                return data.get_batch(split, config.batch_size, config.eval_block)
+
+            if config.eval_batch_size and config.eval_batch_size < config.batch_size:
+                loop.estimate_loss_batched(model, get_batch, iters, ctx, config.eval_batch_size)
+            else:
+                loop.estimate_loss(model, get_batch, iters, ctx)
+        torch.cuda.synchronize()
+    except torch.cuda.OutOfMemoryError as exc:
+        fits, failing = False, str(exc).splitlines()[0][:300]
+    peak = torch.cuda.max_memory_allocated()
+    reserved = torch.cuda.max_memory_reserved()
+    del model, optimizer, train_state
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    return PhaseResult(
+        phase=phase,
+        mode="measured",
+        batch_size=config.batch_size,
+        peak_bytes=peak,
+        largest_allocation_bytes=0,
+        largest_allocation="(not measured)",
+        budget_bytes=budget,
+        fits=fits if budget is not None else None,
+        failing_allocation=failing,
+        reserved_bytes=reserved,
+    )
+
+
+def empty_cache_effect(live_bytes: int = 256 * MiB, freed_bytes: int = 512 * MiB) -> dict[str, int]:
+    """What ``torch.cuda.empty_cache()`` gives back (FACTS 13), on the GPU: keep `live_bytes` in a tensor,
+    free `freed_bytes`, and read allocated/reserved before and after ``empty_cache()``."""
+    if not cuda_available():
+        raise RuntimeError("empty_cache_effect() needs a CUDA GPU")
+    torch.cuda.empty_cache()
+    live = torch.empty(live_bytes, dtype=torch.uint8, device="cuda")
+    freed = torch.empty(freed_bytes, dtype=torch.uint8, device="cuda")
+    del freed
+    before = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+    torch.cuda.empty_cache()
+    after = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+    out = {f"{k}_before": v for k, v in before.items()} | {f"{k}_after": v for k, v in after.items()}
+    out["live_bytes"] = live.numel()
+    del live
+    torch.cuda.empty_cache()
+    return out
+
+
+def expandable_segments_in_use() -> bool | None:
+    """Whether the caching allocator made its segments expandable (CUDA only): allocate, then read the
+    memory snapshot's ``is_expandable`` flags. None when this PyTorch's snapshot has no such flag."""
+    if not cuda_available():
+        raise RuntimeError("expandable_segments_in_use() needs a CUDA GPU")
+    probe = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+    segments = torch.cuda.memory_snapshot()
+    del probe
+    flags = [seg["is_expandable"] for seg in segments if "is_expandable" in seg]
+    return any(flags) if flags else None

@@ -1,0 +1,85 @@
+"""Where the GPT comes from: oomguide's own model, or the model.py of a reader's nanoGPT checkout.
+
+Imports and builds the model; a model that cannot be imported or built is a ``MemoryError_`` with
+one line naming the problem. Never runs a phase and never imports torch.cuda.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..model import GPT, GPTConfig
+
+
+class MemoryError_(RuntimeError):
+    """A model or config that cannot be run for a prediction (the message names the problem)."""
+
+
+@dataclass
+class ModelSource:
+    """Where the GPT class comes from: oomguide.model, or the model.py of a nanoGPT checkout."""
+
+    gpt_class: type = GPT
+    config_class: type = GPTConfig
+    path: str | None = None
+
+    def build(self, gpt_config: GPTConfig) -> torch.nn.Module:
+        accepted = {f for f in inspect.signature(self.config_class).parameters}
+        args = {k: v for k, v in asdict(gpt_config).items() if k in accepted}
+        if gpt_config.grad_checkpoint and "grad_checkpoint" not in accepted:
+            raise MemoryError_(f"{self.path}: its GPTConfig has no grad_checkpoint field")
+        try:
+            with warnings.catch_warnings(), _quiet():
+                warnings.simplefilter("ignore")
+                return self.gpt_class(self.config_class(**args))
+        except Exception as exc:  # a user's model may fail in any way: report it in one line
+            where = self.path or "oomguide.model"
+            raise MemoryError_(f"{where}: building GPT failed: {exc.__class__.__name__}: {exc}") from None
+
+
+class _quiet:
+    """nanoGPT's GPT prints its parameter count; keep stdout clean for --json."""
+
+    def __enter__(self):
+        self._stdout = sys.stdout
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+
+    def __exit__(self, *exc):
+        sys.stdout.close()
+        sys.stdout = self._stdout
+
+
+def load_model_source(path: str | Path) -> ModelSource:
+    """Import a nanoGPT-style model.py (GPT and GPTConfig classes, ``forward(idx, targets)``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise MemoryError_(f"model file not found: {path}")
+    name = f"_oomguide_user_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        with _quiet():
+            spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise MemoryError_(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except Exception as exc:
+        raise MemoryError_(f"{path}: import failed: {exc.__class__.__name__}: {exc}") from None
+    gpt, cfg = getattr(module, "GPT", None), getattr(module, "GPTConfig", None)
+    if not isinstance(gpt, type) or not issubclass(gpt, torch.nn.Module):
+        raise MemoryError_(f"{path}: no GPT class (an nn.Module named GPT) in this file")
+    if not isinstance(cfg, type):
+        raise MemoryError_(f"{path}: no GPTConfig class in this file")
+    params = list(inspect.signature(gpt.forward).parameters)
+    if params[:3] != ["self", "idx", "targets"]:
+        raise MemoryError_(
+            f"{path}: GPT.forward must take (idx, targets), like nanoGPT's; it takes {params[1:]}"
+        )
+    return ModelSource(gpt, cfg, str(path))

@@ -1,0 +1,258 @@
+"""Predict the CUDA memory of a phase of nanoGPT's training on fake tensors, and search batch sizes.
+
+The real model code runs on fake CPU tensors (FACTS 17) under the CUDA model (``cuda_model``), watched by
+the ``AllocationTracker``. Never imports torch.cuda and never needs a GPU.
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .. import loop
+from ..config import TrainConfig
+from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
+from .models import ModelSource
+from .tracker import AllocationTracker
+from .units import CONTEXT_BYTES, usable_bytes
+
+PHASES = ("train_step", "estimate_loss")
+
+
+@dataclass
+class PhaseResult:
+    phase: str
+    mode: str  # "predicted" (fake tensors, CUDA modelled) or "measured" (a real CUDA run)
+    batch_size: int
+    peak_bytes: int
+    largest_allocation_bytes: int
+    largest_allocation: str
+    budget_bytes: int | None = None
+    fits: bool | None = None
+    failing_allocation_bytes: int | None = None  # "Tried to allocate" of the OOM message
+    failing_allocation: str | None = None
+    allocated_at_failure_bytes: int | None = None
+    breakdown: dict = field(default_factory=dict)
+    reserved_bytes: int | None = None  # measured runs only
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _fake_batch(batch: int, block: int, vocab: int):
+    return torch.randint(0, vocab, (batch, block)), torch.randint(0, vocab, (batch, block))
+
+
+def _run_phase(
+    model,
+    config: TrainConfig,
+    phase: str,
+    tracker: AllocationTracker,
+    state: str,
+    ctx,
+    batch_size: int,
+    eval_iters: int = 1,
+    stale_logits: bool = True,
+):
+    """Set up nanoGPT's state before `phase` (registering it with the tracker), then run the phase tracked."""
+    cfg_block = model.config.block_size if hasattr(model, "config") else config.block_size
+    vocab = tracker.vocab_size
+    params = list(model.parameters())
+    tracker.grads_of = params
+    tracker.register(params, "weights")
+    tracker.register(model.buffers(), "weights")
+    optimizer = loop.make_optimizer(model, config, "cuda")
+    stale_dtype = loop.PTDTYPE[config.dtype]
+    block = min(config.block_size, cfg_block)
+    if state == "training":
+        # AdamW's state exists after the first step; make it without tracking the step itself
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        tracker.register([t for s in optimizer.state.values() for t in s.values()], "optimizer_state")
+    train_state = loop.TrainState(model, optimizer, loop.make_scaler(config.dtype, "cpu"), ctx)
+    if state == "training" and stale_logits:
+        # FACTS 11: the last micro-step's logits are still referenced
+        train_state.logits = torch.empty(config.batch_size, block, vocab, dtype=stale_dtype)
+        tracker.register([train_state.logits], "logits_and_loss")
+
+    if phase == "train_step":
+
+        def get_batch(split):
+            return _fake_batch(batch_size, block, vocab)
+
+        train_state.X, train_state.Y = get_batch("train")
+        tracker.register([train_state.X, train_state.Y], "activations")
+        with tracker:
+            _train_step_tracked(
+                train_state, get_batch, min(config.gradient_accumulation_steps, 2), config.grad_clip, tracker
+            )
+    elif phase == "estimate_loss":
+        eval_block = min(config.eval_block, block)
+
+        def get_batch(split):
+            return _fake_batch(batch_size, eval_block, vocab)
+
+        with tracker:
+            if config.eval_batch_size and config.eval_batch_size < batch_size:
+                loop.estimate_loss_batched(model, get_batch, eval_iters, ctx, config.eval_batch_size)
+            else:
+                loop.estimate_loss(model, get_batch, eval_iters, ctx)
+    else:
+        raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
+
+
+def _train_step_tracked(train_state, get_batch, gas, grad_clip, tracker):
+    """loop.train_step, with the optimizer's new tensors tagged as optimizer state."""
+    opt = train_state.optimizer
+    original = opt.step
+
+    def step(*a, **k):
+        tracker.tag_new = "optimizer_state"
+        try:
+            return original(*a, **k)
+        finally:
+            tracker.tag_new = None
+
+    opt.step = step
+    try:
+        loop.train_step(train_state, get_batch, gas, grad_clip)
+    finally:
+        opt.step = original
+
+
+def predict(
+    config: TrainConfig,
+    phase: str,
+    gpu_memory: int | None = None,
+    *,
+    batch_size: int | None = None,
+    source: ModelSource | None = None,
+    state: str = "training",
+    fake: bool = True,
+    context_bytes: int = CONTEXT_BYTES,
+    seed: int = 0,
+    eval_iters: int = 1,
+    stale_logits: bool = True,
+) -> PhaseResult:
+    """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
+
+    `batch_size` defaults to the phase's batch (``batch_size``; ``estimate_loss`` evaluates batches
+    of the training batch_size, chunked by ``eval_batch_size`` if set). `state`: "training" (an
+    evaluation or step during training: AdamW state and the last logits alive) or "first" (the first
+    ``estimate_loss`` at iteration 0: only the weights). ``fake=False`` runs the same on real CPU
+    tensors (slow at full scale; used to check the prediction). `eval_iters`: batches per split in
+    ``estimate_loss``; one is enough for its peak, since the val split's first forward already runs
+    with the train split's last logits alive (the loop variable), as every later batch does.
+    `stale_logits=False` (state "training"): no (B, T, V) logits left over from the last training
+    micro-step (FACTS 11), as after train.py drops them, or with a model that returns no such logits.
+    """
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
+    if state not in ("training", "first"):
+        raise ValueError(f"unknown state {state!r}")
+    if state == "first" and phase != "estimate_loss":
+        raise ValueError("state='first' is the first estimate_loss at iteration 0")
+    source = source or ModelSource()
+    batch = batch_size or config.batch_size
+    budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
+    gpt_config = config.gpt_config()
+    tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
+    ctx = cuda_autocast_context(config.dtype)
+    torch.manual_seed(seed)
+    if fake:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mode = FakeTensorMode(allow_non_fake_inputs=False)
+    else:
+        mode = nullcontext()
+    with mode, warnings.catch_warnings():
+        # GradScaler('cuda') on a CPU-only build warns that it disables itself
+        warnings.simplefilter("ignore")
+        model = source.build(gpt_config)
+        model.train()
+        run_config = config if batch_size is None else config.replace(batch_size=batch)
+        with _recompute_under(ctx):
+            _run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
+    result = PhaseResult(
+        phase=phase,
+        mode="predicted",
+        batch_size=batch,
+        peak_bytes=tracker.peak,
+        largest_allocation_bytes=tracker.largest.nbytes,
+        largest_allocation=tracker.largest.describe(),
+        breakdown=tracker.breakdown(),
+        budget_bytes=budget,
+    )
+    if budget is not None:
+        result.fits = tracker.failing is None
+        if tracker.failing is not None:
+            result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
+            result.failing_allocation = tracker.failing.describe()
+            result.allocated_at_failure_bytes = tracker.allocated_at_failure
+    return result
+
+
+def max_batch_size(
+    config: TrainConfig,
+    phase: str,
+    gpu_memory: int,
+    *,
+    source: ModelSource | None = None,
+    limit: int = 4096,
+    progress=None,
+    known: dict[int, PhaseResult] | None = None,
+    context_bytes: int = CONTEXT_BYTES,
+) -> int:
+    """The largest batch_size whose predicted `phase` fits `gpu_memory` (0 if not even 1 fits).
+
+    The peak is close to linear in the batch size, so two predictions give a first guess, and a
+    few more settle it exactly. `known` caches predictions by batch size (shared with the caller).
+    `progress(done, total_guess)` is called after each prediction.
+    """
+    known = {} if known is None else known
+    calls = [0]
+
+    def fits(b: int) -> bool:
+        if b not in known:
+            known[b] = predict(
+                config, phase, gpu_memory, batch_size=b, source=source, context_bytes=context_bytes
+            )
+            calls[0] += 1
+            if progress:
+                progress(calls[0])
+        return bool(known[b].fits)
+
+    if not fits(1):
+        return 0
+    # linear guess from two points
+    b2 = max(2, min(limit, config.batch_size if config.batch_size > 1 else 8))
+    fits(b2)
+    p1, p2 = known[1].peak_bytes, known[b2].peak_bytes
+    slope = max((p2 - p1) / (b2 - 1), 1)
+    budget = usable_bytes(gpu_memory, context_bytes)
+    guess = max(1, min(limit, int(1 + (budget - p1) / slope)))
+    lo, hi = 1, limit + 1  # lo fits; hi does not (or is beyond the limit)
+    for b in sorted(known):
+        if known[b].fits:
+            lo = max(lo, b)
+        else:
+            hi = min(hi, b)
+    # probe around the guess, then bisect
+    for b in (guess, guess + 1):
+        if lo < b < hi:
+            if fits(b):
+                lo = b
+            else:
+                hi = b
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,141 @@
+"""The allocation tracker: live bytes of every storage the ops create, as CUDA's allocator books them.
+
+A TorchDispatchMode that works on fake and real tensors alike; it sees each new storage and, through
+weak references, when it dies. It records the peak, the breakdown at the peak, the largest allocation
+and the first allocation over a budget. It never runs model code itself and never imports torch.cuda.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .cuda_model import block_size
+
+CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits_and_loss")
+
+
+@dataclass
+class Allocation:
+    nbytes: int
+    op: str
+    shape: tuple
+    dtype: str
+
+    def describe(self) -> str:
+        return f"{self.op} -> {self.dtype}{list(self.shape)}"
+
+
+@dataclass
+class _Live:
+    ref: StorageWeakRef
+    nbytes: int
+    tag: str
+
+
+class AllocationTracker(TorchDispatchMode):
+    """Live bytes of every storage the ops create, as the CUDA caching allocator would count them.
+
+    ``budget``: the bytes the allocator may hold; the first allocation beyond it is recorded in
+    ``failing`` (the "Tried to allocate" of the OOM message), and tracking goes on to the full peak.
+    """
+
+    def __init__(self, vocab_size: int | None = None, budget: int | None = None):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.budget = budget
+        self.live: dict[int, _Live] = {}
+        self.current = 0
+        self.peak = 0
+        self.peak_live: list[tuple[int, int, str]] = []
+        self.peak_grad_keys: set[int] = set()
+        self.largest: Allocation | None = None
+        self.failing: Allocation | None = None
+        self.allocated_at_failure = 0
+        self.grads_of: list[torch.nn.Parameter] = []
+        self.weight_keys: set[int] = set()
+        self.tag_new = None  # overrides the tag of new storages (e.g. "optimizer_state")
+
+    # storages that exist before tracking starts
+    def register(self, tensors, tag: str) -> None:
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                key = self._add(t, tag)
+                if tag == "weights" and key is not None:
+                    self.weight_keys.add(key)
+
+    def _add(self, t: torch.Tensor, tag: str):
+        storage = t.untyped_storage()
+        ref = StorageWeakRef(storage)
+        entry = self.live.get(ref.cdata)
+        if entry is not None and not entry.ref.expired():
+            return None
+        nbytes = block_size(storage.nbytes()) if storage.nbytes() else 0
+        self.live[ref.cdata] = _Live(ref, nbytes, tag)
+        self.current += nbytes
+        return ref.cdata
+
+    def _sweep(self) -> None:
+        dead = [k for k, e in self.live.items() if e.ref.expired()]
+        for k in dead:
+            self.current -= self.live.pop(k).nbytes
+
+    def _tag(self, func, t: torch.Tensor, args) -> str:
+        if self.tag_new:
+            return self.tag_new
+        if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
+            source = StorageWeakRef(args[0].untyped_storage()).cdata
+            if source in self.weight_keys:
+                return "weights"  # autocast's low-precision copy of a weight
+        if (
+            self.vocab_size
+            and t.dim() >= 2
+            and t.shape[-1] == self.vocab_size
+            and t.shape[0] != self.vocab_size
+        ):
+            return "logits_and_loss"
+        return "activations"
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        swept = False
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            entry = self.live.get(StorageWeakRef(storage).cdata)
+            if entry is not None and not entry.ref.expired():
+                continue  # a view, or an in-place result
+            if not swept:
+                self._sweep()  # frees happen between ops: settle them before counting the new block
+                swept = True
+            nbytes = block_size(storage.nbytes())
+            alloc = Allocation(
+                nbytes, str(func.overloadpacket.__name__), tuple(t.shape), str(t.dtype).replace("torch.", "")
+            )
+            if self.budget is not None and self.failing is None and self.current + nbytes > self.budget:
+                self.failing = alloc
+                self.allocated_at_failure = self.current
+            self._add(t, self._tag(func, t, args))
+            if self.largest is None or nbytes > self.largest.nbytes:
+                self.largest = alloc
+            if self.current > self.peak:
+                self._record_peak()
+        return out
+
+    def _record_peak(self) -> None:
+        self.peak = self.current
+        self.peak_live = [(k, e.nbytes, e.tag) for k, e in self.live.items()]
+        self.peak_grad_keys = {
+            StorageWeakRef(p.grad.untyped_storage()).cdata for p in self.grads_of if p.grad is not None
+        }
+
+    def breakdown(self) -> dict[str, int]:
+        out = dict.fromkeys(CATEGORIES, 0)
+        for key, nbytes, tag in self.peak_live:
+            out["gradients" if key in self.peak_grad_keys else tag] += nbytes
+        return out

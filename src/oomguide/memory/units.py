@@ -1,0 +1,49 @@
+"""Sizes and the card: bytes <-> GiB/MiB, the default 12 GB card, the CUDA context set aside.
+
+Pure arithmetic: never imports torch.
+"""
+
+from __future__ import annotations
+
+import re
+
+GiB = 1024**3
+MiB = 1024**2
+DEFAULT_GPU_MEMORY = int(11.69 * GiB)  # what PyTorch reports as total capacity of a 12 GB card
+# The CUDA context and libraries live outside PyTorch's allocator: 224.90 MiB in the report that
+# article A analyses (FACTS 15 calls it "a few hundred MiB"). The predictor sets this much aside.
+CONTEXT_BYTES = 256 * MiB
+
+
+def usable_bytes(gpu_memory: int, context_bytes: int = CONTEXT_BYTES) -> int:
+    """What the caching allocator can get on a card of `gpu_memory` bytes (the CUDA context set aside)."""
+    return gpu_memory - context_bytes
+
+
+_UNITS = {"gib": GiB, "gb": 1000**3, "mib": MiB, "mb": 1000**2, "g": GiB, "m": MiB}
+
+
+def parse_size(text: str) -> int:
+    """'11.69GiB', '12GB', '3686MiB' -> bytes. GiB/MiB are powers of 1024, GB/MB of 1000."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]+)\s*", str(text))
+    if not match:
+        raise ValueError(
+            f"cannot read size {text!r}: write a number and a unit, e.g. 11.69GiB, 12GB or 4096MiB"
+        )
+    number, unit = float(match.group(1)), match.group(2).lower()
+    if unit not in _UNITS:
+        raise ValueError(f"unknown size unit {match.group(2)!r} in {text!r} (use GiB, GB, MiB or MB)")
+    size = int(number * _UNITS[unit])
+    if size <= 0:
+        raise ValueError(f"size must be above zero, got {text!r}")
+    return size
+
+
+def gib(nbytes: float) -> float:
+    return nbytes / GiB
+
+
+def fmt_bytes(nbytes: float) -> str:
+    if nbytes >= GiB:
+        return f"{nbytes / GiB:.2f} GiB"
+    return f"{nbytes / MiB:.2f} MiB"
