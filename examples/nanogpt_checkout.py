@@ -177,7 +177,9 @@ class NanoGPT:
                 pickle.dump({"vocab_size": vocab}, f)
 
     # --- scale ------------------------------------------------------------------------------
-    def scale_args(self, folder: Path, configs: list[str], scale: str, out_dir: Path) -> tuple[list[str], dict]:
+    def scale_args(
+        self, folder: Path, configs: list[str], scale: str, out_dir: Path
+    ) -> tuple[list[str], dict]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             config = load_config([folder / c for c in configs])
@@ -273,7 +275,7 @@ class NanoGPT:
             + "\n"
         )
         shim.chmod(0o755)
-        script = [f"export PATH={shlex.quote(str(bindir))}:\"$PATH\""]
+        script = [f'export PATH={shlex.quote(str(bindir))}:"$PATH"']
         starts_training = False
         for rel in shell:
             path = SNIPPETS / rel

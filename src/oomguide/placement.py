@@ -24,9 +24,10 @@ the page names those that are code changes).
 from __future__ import annotations
 
 import ast
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 SNIPPETS = ROOT / "snippets"

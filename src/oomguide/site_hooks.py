@@ -61,7 +61,9 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         raise PluginError(f"docs/{page.file.src_uri}: {err}") from err
 
 
-_INCLUDE = re.compile(r"""^(?P<indent>[ \t]*)--8<--[ \t]+["']snippets/(?P<path>[^"':]+)(?::[^"']*)?["'][ \t]*$""")
+_INCLUDE = re.compile(
+    r"""^(?P<indent>[ \t]*)--8<--[ \t]+["']snippets/(?P<path>[^"':]+)(?::[^"']*)?["'][ \t]*$"""
+)
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(```|~~~)")
 
 
