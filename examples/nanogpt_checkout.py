@@ -8,7 +8,7 @@ Used by the ``nanogpt`` fixture (``pytest examples --nanogpt PATH``, or ``OOMGUI
   ``val.bin`` (np.uint16 tokens, and ``meta.pkl`` where needed), and runs nanoGPT's own ``train.py``
   through ``nanogpt_run.py``, which records what happened (see there).
 - Scale: on the CPU, ``tiny`` — 2 layers, ``n_embd``, ``block_size`` and ``eval_block_size`` / 8,
-  ``gradient_accumulation_steps`` / 8, ``eval_iters`` / 25, a 256-token vocabulary through
+  ``gradient_accumulation_steps`` / 16, ``eval_iters`` / 50, a 256-token vocabulary through
   ``meta.pkl`` (train.py reads ``vocab_size`` from it), two iterations with an evaluation before
   each: the first ``estimate_loss()`` and a later one. Settings that do not cost memory or time
   keep their values. On CUDA, ``full``: the config as written (eager, ``compile=False``), two
@@ -19,6 +19,7 @@ Used by the ``nanogpt`` fixture (``pytest examples --nanogpt PATH``, or ``OOMGUI
 
 from __future__ import annotations
 
+import ast
 import json
 import pickle
 import shlex
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,8 +66,11 @@ class Run:
     rc: int
     record: dict
     output: str
-    snippets: list[str]
+    snippets: list[str]  # every snippet applied, needs included
     scale: str
+    expected: dict  # the settings train.py should end up with (config files, then the scaling)
+    configs: list[str]
+    requested: tuple[str, ...] = ()  # the snippets asked for (without what they need)
 
     @property
     def ok(self) -> bool:
@@ -124,15 +129,18 @@ class NanoGPT:
     source: Path
     tmp: Path
     cuda: bool = False
+    workers: int = 2
     runs: dict = field(default_factory=dict)
-    _server: subprocess.Popen | None = None
+    _idle: list = field(default_factory=list)
+    _pool: ThreadPoolExecutor | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _count: int = 0
 
     # --- the copy ---------------------------------------------------------------------------
     def copy(self, name: str) -> Path:
-        self._count += 1
-        dest = self.tmp / f"{self._count:03d}-{name}"
+        with self._lock:
+            self._count += 1
+            dest = self.tmp / f"{self._count:03d}-{name}"
         shutil.copytree(
             self.source,
             dest,
@@ -140,13 +148,23 @@ class NanoGPT:
         )
         return dest
 
-    def apply(self, folder: Path, snippets, placements=None) -> tuple[list[str], list[str]]:
-        """Apply the snippets (and what they need) to the copy; return (config files, shell/env snippets)."""
+    def apply(
+        self, folder: Path, snippets, placements=None, code: bool = True
+    ) -> tuple[list[str], list[str], list[str]]:
+        """Apply the snippets (and what they need) to the copy.
+
+        Returns (config files, shell/env snippets, every snippet applied). ``code=False``: the config
+        lines only, on nanoGPT's own train.py and model.py (stock nanoGPT, to compare with).
+        """
         placements = placements or placement.load()
         configs: list[str] = []
         shell: list[str] = []
+        applied: list[str] = []
         for rel in placement.expand(snippets, placements):
             place = placements[rel]
+            if not code and place.kind != "config":
+                continue
+            applied.append(rel)
             text = (SNIPPETS / rel).read_text(encoding="utf-8")
             if place.kind == "config":
                 path = folder / place.file
@@ -160,7 +178,7 @@ class NanoGPT:
                 target.write_text(placement.apply(place, text, target.read_text(encoding="utf-8")), "utf-8")
             else:
                 shell.append(rel)
-        return configs, shell
+        return configs, shell, applied
 
     # --- data -------------------------------------------------------------------------------
     def write_data(self, folder: Path, dataset: str, vocab: int | None, block: int) -> None:
@@ -199,8 +217,8 @@ class NanoGPT:
                 n_layer=min(v["n_layer"], 2),
                 n_embd=v["n_embd"] // 8,
                 block_size=max(8, v["block_size"] // 8),
-                gradient_accumulation_steps=max(1, v["gradient_accumulation_steps"] // 8),
-                eval_iters=max(1, v["eval_iters"] // 25),
+                gradient_accumulation_steps=max(1, v["gradient_accumulation_steps"] // 16),
+                eval_iters=max(1, v["eval_iters"] // 50),
             )
             if v.get("eval_block_size"):
                 args["eval_block_size"] = v["eval_block_size"] // 8
@@ -210,36 +228,91 @@ class NanoGPT:
         return argv, dict(v, **args)
 
     # --- running ----------------------------------------------------------------------------
-    def _serve(self) -> subprocess.Popen:
-        if self._server is None or self._server.poll() is not None:
-            self._server = subprocess.Popen(
-                [sys.executable, str(RUNNER), "--serve"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-        return self._server
+    def _take_server(self) -> subprocess.Popen:
+        """A runner process (torch imported once; a forked child per job), one per worker."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return subprocess.Popen(
+            [sys.executable, str(RUNNER), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
     def close(self) -> None:
-        if self._server is not None and self._server.poll() is None:
-            self._server.stdin.close()
-            self._server.wait(timeout=60)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        for server in self._idle:
+            if server.poll() is None:
+                server.stdin.close()
+                server.wait(timeout=60)
+        self._idle.clear()
+
+    def prefetch(self, jobs) -> None:
+        """Start runs in the background, `workers` at a time: [(snippets, kwargs), ...]."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers)
+        for snippets, kwargs in jobs:
+            self._future(tuple(snippets), **kwargs)
+
+    def _future(
+        self,
+        snippets: tuple[str, ...],
+        scale: str | None = None,
+        extra: tuple[str, ...] = (),
+        code: bool = True,
+        placements: dict | None = None,
+        background: bool = True,
+    ) -> Future:
+        scale = scale or ("full" if self.cuda else "tiny")
+        key = (snippets, scale, tuple(extra), code, id(placements) if placements else None)
+        with self._lock:
+            future = self.runs.get(key)
+            inline = future is None and not (background and self._pool is not None)
+            if future is None:
+                if inline:
+                    future = Future()
+                    future.set_running_or_notify_cancel()
+                else:
+                    future = self._pool.submit(self._execute, snippets, scale, extra, code, placements)
+                self.runs[key] = future
+        if inline:
+            try:
+                future.set_result(self._execute(snippets, scale, extra, code, placements))
+            except BaseException as exc:
+                future.set_exception(exc)
+        return future
 
     def run(
-        self, *snippets: str, name: str = "", scale: str | None = None, extra: tuple[str, ...] = ()
+        self,
+        *snippets: str,
+        scale: str | None = None,
+        extra: tuple[str, ...] = (),
+        code: bool = True,
+        placements: dict | None = None,
     ) -> Run:
         """Apply `snippets` to a fresh copy and run train.py with the config file they fill.
 
         `extra`: more --key=value arguments after the scaling ones. A shell snippet that starts
-        train.py itself runs in bash, with `python` meaning the instrumented runner.
+        train.py itself runs in bash, with `python` meaning the instrumented runner. `code=False`:
+        stock nanoGPT with the same config lines. `placements`: other placements than the table's
+        (to show that a wrong one fails). Runs are cached by their arguments (and may have been
+        started in the background by :meth:`prefetch`).
         """
-        scale = scale or ("full" if self.cuda else "tiny")
-        key = (snippets, scale, extra)
-        if key in self.runs:
-            return self.runs[key]
-        folder = self.copy(name or (Path(snippets[-1]).stem if snippets else "stock"))
-        configs, shell = self.apply(folder, snippets)
+        return self._future(tuple(snippets), scale, extra, code, placements, background=False).result()
+
+    def _execute(self, snippets, scale, extra, code, placements) -> Run:
+        label = (Path(snippets[-1]).stem if snippets else "nanogpt") + ("" if code else "-stock")
+        folder = self.copy(label)
+        configs, shell, applied = self.apply(folder, snippets, placements, code)
         argv_scale, values = self.scale_args(folder, configs, scale, folder / "out")
+        for arg in extra:
+            k, _, v = arg[2:].partition("=")
+            try:
+                values[k] = ast.literal_eval(v)
+            except (ValueError, SyntaxError):
+                values[k] = v
         vocab = TINY_VOCAB if scale == "tiny" else CHAR_DATASETS.get(values["dataset"])
         self.write_data(folder, values["dataset"], vocab, values["block_size"])
         record, output = folder / "oomguide-record.json", folder / "oomguide-output.txt"
@@ -253,15 +326,18 @@ class NanoGPT:
                 "record": str(record),
                 "output": str(output),
             }
-            with self._lock:
-                server = self._serve()
+            server = self._take_server()
+            try:
                 server.stdin.write(json.dumps(job) + "\n")
                 server.stdin.flush()
                 rc = json.loads(server.stdout.readline())["rc"]
+            finally:
+                with self._lock:
+                    self._idle.append(server)
         data = json.loads(record.read_text()) if record.exists() else {"error": "no record", "forwards": []}
-        result = Run(folder, rc, data, output.read_text(errors="replace"), list(snippets), scale)
-        self.runs[key] = result
-        return result
+        return Run(
+            folder, rc, data, output.read_text(errors="replace"), applied, scale, values, configs, snippets
+        )
 
     def _run_shell(self, folder, shell, configs, tail, record, output) -> int:
         """Shell snippets, sourced in bash as the reader types them; `python` runs the instrumented runner."""

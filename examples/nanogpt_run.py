@@ -102,6 +102,8 @@ def run(record_path: str, argv: list[str]) -> int:
         "warnings": [],
         "peak_first_eval": 0,
         "error": None,
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "cuda_initialized_at_start": torch.cuda.is_initialized(),
     }
     sys.argv = list(argv)
     sys.path.insert(0, os.getcwd())
@@ -129,7 +131,10 @@ def run(record_path: str, argv: list[str]) -> int:
 
 
 def serve() -> None:
-    import numpy  # noqa: F401  (train.py's imports, loaded once before forking)
+    # what train.py and AdamW import (torch._dynamo takes seconds), loaded once before forking
+    import numpy  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch.optim  # noqa: F401
 
     for line in sys.stdin:
         job = json.loads(line)
