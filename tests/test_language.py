@@ -253,6 +253,8 @@ def check_parity(root: Path) -> list[str]:
 # --- typography of the built pages ---------------------------------------------------------------
 
 SKIP_TAGS = {"code", "pre", "script", "style", "kbd", "samp", "svg", "textarea"}
+# a notebook's code cells (input area and prompts) and the copy button's hidden "Copied!"
+SKIP_CLASSES = {"jp-InputArea", "jp-InputPrompt", "jp-OutputPrompt", "notice"}
 UNITS = r"(?:[KMGT]i?B|[KMGT]io|[KMGT]o|GB|Go|MB|Mo|ms|s|%|Mio\.|millions)"
 SPACE = " \u00a0\u202f"
 
@@ -273,7 +275,9 @@ class _Text(HTMLParser):
             return
         if tag == "article":
             self.depth += 1
-        elif self.depth and (tag in SKIP_TAGS or self.skip):
+            return
+        classes = set((dict(attrs).get("class") or "").split())
+        if self.depth and (tag in SKIP_TAGS or classes & SKIP_CLASSES or self.skip):
             self.skip += 1
 
     def handle_endtag(self, tag):
