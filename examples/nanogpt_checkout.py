@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import json
 import pickle
+import re
 import shlex
 import shutil
 import subprocess
@@ -42,6 +43,18 @@ SNIPPETS = HERE.parent / "snippets"
 RUNNER = HERE / "nanogpt_run.py"
 TINY_VOCAB = 256
 CHAR_DATASETS = {"shakespeare_char": 65}  # datasets whose prepare.py writes a meta.pkl
+
+
+TRAIN_LINE = re.compile(r"^\s*python3?\s+train\.py\b.*$", re.M)
+
+
+def _text(rel: str) -> str:
+    return (SNIPPETS / rel).read_text(encoding="utf-8")
+
+
+def starts_training(rel: str) -> bool:
+    """A shell snippet that runs `python train.py ...` itself."""
+    return bool(TRAIN_LINE.search(_text(rel)))
 
 
 class CheckoutError(ValueError):
@@ -196,11 +209,11 @@ class NanoGPT:
 
     # --- scale ------------------------------------------------------------------------------
     def scale_args(
-        self, folder: Path, configs: list[str], scale: str, out_dir: Path
+        self, folder: Path, configs: list[str], scale: str, out_dir: Path, overrides=()
     ) -> tuple[list[str], dict]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            config = load_config([folder / c for c in configs])
+            config = load_config([folder / c for c in configs], list(overrides))
         v = config.values
         args = {
             "max_iters": 1,
@@ -306,7 +319,15 @@ class NanoGPT:
         label = (Path(snippets[-1]).stem if snippets else "nanogpt") + ("" if code else "-stock")
         folder = self.copy(label)
         configs, shell, applied = self.apply(folder, snippets, placements, code)
-        argv_scale, values = self.scale_args(folder, configs, scale, folder / "out")
+        # --key=value on a shell snippet's own `python train.py` line: part of what the reader runs
+        typed = [
+            arg[2:]
+            for rel in shell
+            for line in TRAIN_LINE.findall(_text(rel))
+            for arg in shlex.split(line)
+            if arg.startswith("--")
+        ]
+        argv_scale, values = self.scale_args(folder, configs, scale, folder / "out", typed)
         for arg in extra:
             k, _, v = arg[2:].partition("=")
             try:
@@ -352,12 +373,11 @@ class NanoGPT:
         )
         shim.chmod(0o755)
         script = [f'export PATH={shlex.quote(str(bindir))}:"$PATH"']
-        starts_training = False
+        runs_train = False
         for rel in shell:
-            path = SNIPPETS / rel
-            script.append(f". {shlex.quote(str(path))}")
-            starts_training |= "train.py" in path.read_text(encoding="utf-8")
-        if not starts_training:
+            script.append(f". {shlex.quote(str(SNIPPETS / rel))}")
+            runs_train |= starts_training(rel)
+        if not runs_train:
             script.append("python train.py " + " ".join(shlex.quote(c) for c in configs))
         with open(output, "w") as out:
             proc = subprocess.run(

@@ -28,18 +28,21 @@ from pathlib import Path
 
 import pytest
 
+from nanogpt_checkout import starts_training
 from oomguide import memory, placement
 from oomguide.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PLACEMENTS = placement.load()
 
-# run in nanoGPT (train.py); the oomguide commands of index/ run in test_index_commands_in_nanogpt,
-# and those typed in a checkout of oomguide (verify/, beyond/four-gb-run.sh) in test_site_snippets.py
+# run in nanoGPT with its train.py: config lines, code changes, environment settings, and the shell
+# lines that start train.py. The oomguide commands of index/ run in test_index_commands_in_nanogpt;
+# those typed in a checkout of oomguide (verify/, beyond/four-gb-run.sh) in test_site_snippets.py and
+# test_beyond.py; the other shell lines around a run (nvidia-smi, kill, ...) in their page's examples.
 IN_TRAIN = sorted(
     s
     for s, p in PLACEMENTS.items()
-    if (p.kind != "shell" or p.file == "nanogpt") and not s.startswith("index/")
+    if p.kind != "shell" or (p.file == "nanogpt" and starts_training(s) and not s.startswith("index/"))
 )
 INDEX = sorted(s for s in PLACEMENTS if s.startswith("index/"))
 
@@ -210,19 +213,27 @@ def has_code(snippets) -> bool:
 
 
 @pytest.fixture(scope="module")
-def ng(nanogpt):
-    """The nanogpt fixture, with this module's runs started in the background (two at a time)."""
-    jobs = []
-    for snippets in [*((s,) for s in IN_TRAIN), *COMBINATIONS.values()]:
-        jobs.append((snippets, {}))
-        if has_code(snippets):
-            jobs.append((snippets, {"code": False}))
-    jobs += [
-        ((CHUNKED_EVAL,), {"extra": ("--eval_batch_size=2",)}),
-        (("eval-oom-12gb/situation.py",), {"code": False, "extra": ("--eval_batch_size=2",)}),
-        (("eval-oom-12gb/eval-batch-size.py",), {"code": False, "extra": ("--eval_batch_size=2",)}),
-        (("eval-oom-12gb/eval-block-size.py",), {"extra": ("--eval_block_size=4096",)}),
+def ng(nanogpt, request):
+    """The nanogpt fixture, with the runs of this module's selected tests started in the background."""
+    selected = {item.name for item in request.session.items if item.module.__name__ == __name__}
+    wanted = [
+        *((f"test_snippet_in_nanogpt[{s}]", (s,)) for s in IN_TRAIN),
+        *((f"test_combination_in_nanogpt[{n}]", c) for n, c in sorted(COMBINATIONS.items())),
     ]
+    jobs = []
+    for test, snippets in wanted:
+        if test in selected:
+            jobs.append((snippets, {}))
+            if has_code(snippets):
+                jobs.append((snippets, {"code": False}))
+    if "test_eval_batch_size_on_the_command_line" in selected:
+        jobs += [
+            ((CHUNKED_EVAL,), {"extra": ("--eval_batch_size=2",)}),
+            (("eval-oom-12gb/situation.py",), {"code": False, "extra": ("--eval_batch_size=2",)}),
+            (("eval-oom-12gb/eval-batch-size.py",), {"code": False, "extra": ("--eval_batch_size=2",)}),
+        ]
+    if "test_eval_block_size_longer_than_block_size_is_named" in selected:
+        jobs.append((("eval-oom-12gb/eval-block-size.py",), {"extra": ("--eval_block_size=4096",)}))
     nanogpt.prefetch(jobs)
     return nanogpt
 
@@ -240,7 +251,7 @@ def test_every_snippet_has_a_placement():
 def test_snippet_in_nanogpt(ng, report, relative):
     run = ng.run(relative)
     check_run(run, ng, report)
-    if PLACEMENTS[relative].kind in ("env", "shell"):  # the allocator setting reaches train.py
+    if "PYTORCH_CUDA_ALLOC_CONF" in (ROOT / "snippets" / relative).read_text():  # it reaches train.py
         assert run.record["alloc_conf"] == "expandable_segments:True"
         assert run.record["cuda_initialized_at_start"] is False
 
