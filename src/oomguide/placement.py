@@ -304,7 +304,7 @@ WORDS = {
         "env": "le terminal qui lance `python train.py`, avant cette commande",
         "replace:function": "dans `{file}`, ce code remplace la fonction `{target}()`",
         "replace:method": "dans `{file}`, ce `{name}` remplace la méthode `{target}`",
-        "rest": " ; les lignes au-dessus vont juste avant `class {owner}`",
+        "rest": " ; les lignes au-dessus vont juste avant `class {owner}`",
         "replace_line": "dans `{file}`, ceci remplace la ligne `{target}`{within}",
         "before": "dans `{file}`, juste avant la ligne `{target}`{within}, avec la même indentation",
         "after": "dans `{file}`, juste après la ligne `{target}`{within}",
@@ -329,7 +329,7 @@ def describe(place: Placement, lang: str, placements: dict[str, Placement] | Non
             text += words["rest"].format(**fields)
     else:
         text = words[place.kind].format(**fields)
-    colon = "：" if lang in ("ja", "zh") else (" : " if lang == "fr" else ": ")
+    colon = "：" if lang in ("ja", "zh") else ("\u00a0: " if lang == "fr" else ": ")
     cjk = lang in ("ja", "zh")
     line = f"**{words['label']}**{colon}{text}" + ("。" if cjk else ".")
     code_needs = [n for n in place.needs if placements is None or placements[n].is_code]
