@@ -16,15 +16,22 @@ The package, one module per job:
 - ``predict``     a phase on fake tensors; the batch-size search
 - ``measure``     a phase on a real GPU: the only module that calls torch.cuda
 
+<<<<<<< HEAD
 - ``allocator``  PyTorch's caching allocator replayed on the tracker's events; PYTORCH_CUDA_ALLOC_CONF
 - ``reserved``   the phase's warm-up and replay: reserved peak and the verdict on reserved memory
 - ``kernels``    CUDA's attention backend per compute capability and dtype, 1-byte dropout masks
 - ``gpus``       cards by name (``gpus.json``): memory as PyTorch reports it, compute capability
 
 Not modelled yet: kernels' private workspaces, torch.compile.
+=======
+- ``compiled``    what torch.compile changes (fused loss, fused casts): a rule-based model
+
+Not modelled yet: kernels' private workspaces, fragmentation.
+>>>>>>> main
 The names below are what the CLI, the examples and the notebook use: ``from oomguide import memory``.
 """
 
+from .compiled import CompiledAutocast, compiled_context
 from .cuda_model import CudaAutocast, block_size, cuda_autocast_context, segment_size
 from .measure import (
     CardTooSmall,
@@ -39,7 +46,7 @@ from .measure import (
     non_pytorch_bytes,
 )
 from .models import MemoryError_, ModelSource, load_model_source
-from .predict import PHASES, PhaseResult, max_batch_size, predict
+from .predict import CHECKS, PHASES, STATES, PhaseResult, checks_run, max_batch_size, predict
 from .tracker import CATEGORIES, Allocation, AllocationTracker
 from .units import (
     CONTEXT_BYTES,
@@ -57,11 +64,14 @@ __all__ = [
     "cuda_capability",
     "non_pytorch_bytes",
     "CATEGORIES",
+    "CHECKS",
     "CONTEXT_BYTES",
     "DEFAULT_GPU_MEMORY",
     "PHASES",
+    "STATES",
     "Allocation",
     "AllocationTracker",
+    "CompiledAutocast",
     "CudaAutocast",
     "GiB",
     "MemoryError_",
@@ -69,6 +79,8 @@ __all__ = [
     "ModelSource",
     "PhaseResult",
     "block_size",
+    "checks_run",
+    "compiled_context",
     "cuda_autocast_context",
     "cuda_available",
     "cuda_device_name",

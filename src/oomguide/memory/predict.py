@@ -6,6 +6,7 @@ the ``AllocationTracker``. Never imports torch.cuda and never needs a GPU.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -14,16 +15,57 @@ import torch
 
 from .. import loop
 from ..config import TrainConfig
+<<<<<<< HEAD
 from . import reserved
 from .allocator import AllocConf
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
 from .models import ModelSource
+=======
+from .compiled import compiled_context
+from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
+from .models import MemoryError_, ModelSource
+>>>>>>> main
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
 PHASES = ("train_step", "estimate_loss")
+STATES = ("first", "training")
+
+# What `oomguide check` reports: the first estimate_loss() (iteration 0, before any optimizer step),
+# a train step, and a later estimate_loss() (AdamW state and train.py's stale logits alive).
+CHECKS = {
+    "estimate_loss_first": ("estimate_loss", "first"),
+    "train_step": ("train_step", "training"),
+    "estimate_loss": ("estimate_loss", "training"),
+}
+
+
+def checks_run(config: TrainConfig) -> list[str]:
+    """The CHECKS train.py goes through for `config`: an ``eval_only`` run stops after the first
+    estimate_loss() (at iteration 0; a resumed run starts later, so it trains on, FACTS 24)."""
+    if config.eval_only and config.init_from != "resume":
+        return ["estimate_loss_first"]
+    return list(CHECKS)
+
+
+class _CudaScaler(torch.amp.GradScaler):
+    """train.py's GradScaler as CUDA builds it: enabled for float16 only (FACTS 6).
+
+    ``GradScaler('cuda')`` disables itself on a CPU-only build, so the same algorithm runs as the CPU
+    scaler; on fake tensors its inf check has no value, and the optimizer step is taken.
+    """
+
+    def __init__(self, dtype: str):
+        super().__init__("cpu", enabled=(dtype == "float16"))
+
+    def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if any(isinstance(v, FakeTensor) for v in optimizer_state["found_inf_per_device"].values()):
+            return optimizer.step(*args, **kwargs)
+        return super()._maybe_opt_step(optimizer, optimizer_state, *args, **kwargs)
 
 
 @dataclass
@@ -39,6 +81,7 @@ class PhaseResult:
     failing_allocation_bytes: int | None = None  # "Tried to allocate" of the OOM message
     failing_allocation: str | None = None
     allocated_at_failure_bytes: int | None = None
+    failing_forward: int | None = None  # which forward of the phase (1, 2, ...) the failure comes in
     breakdown: dict = field(default_factory=dict)
     reserved_bytes: int | None = None  # the allocator's reserved peak (predicted: on a card with room)
     reserved_at_failure_bytes: int | None = None
@@ -66,8 +109,13 @@ def _run_phase(
     batch_size: int,
     eval_iters: int = 1,
     stale_logits: bool = True,
+    probe_logits: bool = False,
 ):
-    """Set up nanoGPT's state before `phase` (registering it with the tracker), then run the phase tracked."""
+    """Set up nanoGPT's state before `phase` (registering it with the tracker), then run the phase tracked.
+
+    `probe_logits`: take the stale logits from a forward of the model itself (a reader's model.py),
+    instead of assuming nanoGPT's (B, T, V).
+    """
     cfg_block = model.config.block_size if hasattr(model, "config") else config.block_size
     vocab = tracker.vocab_size
     params = list(model.parameters())
@@ -77,18 +125,34 @@ def _run_phase(
     optimizer = loop.make_optimizer(model, config, "cuda")
     stale_dtype = loop.PTDTYPE[config.dtype]
     block = min(config.block_size, cfg_block)
-    if state == "training":
-        # AdamW's state exists after the first step; make it without tracking the step itself
+    resumed = config.init_from == "resume"
+    checkpoint_weights = []
+    if resumed:
+        # train.py keeps the checkpoint's weights referenced (its global `state_dict`) for the whole run
+        checkpoint_weights = [torch.empty_like(t) for t in [*params, *model.buffers()]]  # shared once
+        tracker.register(checkpoint_weights, "weights")
+    if state == "training" or resumed:
+        # AdamW's state exists after the first step (or, resumed, from the checkpoint); make it
+        # without tracking the step itself
         for p in params:
             p.grad = torch.zeros_like(p)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         tracker.register([t for s in optimizer.state.values() for t in s.values()], "optimizer_state")
-    train_state = loop.TrainState(model, optimizer, loop.make_scaler(config.dtype, "cpu"), ctx)
+    train_state = loop.TrainState(model, optimizer, _CudaScaler(config.dtype), ctx)
     if state == "training" and stale_logits:
         # FACTS 11: the last micro-step's logits are still referenced
-        train_state.logits = torch.empty(config.batch_size, block, vocab, dtype=stale_dtype)
-        tracker.register([train_state.logits], "logits_and_loss")
+        if probe_logits:
+            # a reader's model: what its forward really returns in training (a chunked loss may
+            # return None), computed without a graph, as the tensor train.py's `logits` holds
+            with torch.no_grad(), ctx:
+                returned = model(*_fake_batch(config.batch_size, block, vocab))[0]
+            train_state.logits = returned if isinstance(returned, torch.Tensor) else None
+            del returned  # train_state holds it, as train.py's global does, and lets it go alike
+        else:
+            train_state.logits = torch.empty(config.batch_size, block, vocab, dtype=stale_dtype)
+        if train_state.logits is not None:
+            tracker.register([train_state.logits], "logits_and_loss")
 
     if phase == "train_step":
 
@@ -114,6 +178,7 @@ def _run_phase(
                 loop.estimate_loss(model, get_batch, eval_iters, ctx)
     else:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
+    del checkpoint_weights  # alive until here, as train.py's state_dict
 
 
 def _train_step_tracked(train_state, get_batch, gas, grad_clip, tracker):
@@ -148,8 +213,12 @@ def predict(
     seed: int = 0,
     eval_iters: int = 1,
     stale_logits: bool = True,
+<<<<<<< HEAD
     alloc_conf: AllocConf | None = None,
     capability: tuple[int, int] = DEFAULT_CAPABILITY,
+=======
+    compiled: bool = False,
+>>>>>>> main
 ) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
@@ -162,13 +231,20 @@ def predict(
     with the train split's last logits alive (the loop variable), as every later batch does.
     `stale_logits=False` (state "training"): no (B, T, V) logits left over from the last training
     micro-step (FACTS 11), as after train.py drops them, or with a model that returns no such logits.
+<<<<<<< HEAD
     `alloc_conf`: the caching allocator's settings (default: PYTORCH_CUDA_ALLOC_CONF from the
     environment); ``fits`` is decided on reserved memory (``reserved``). `capability`: the card's
     compute capability, which picks CUDA's attention kernel (``kernels``).
+=======
+    `compiled=True`: the model as ``torch.compile`` runs it (``compiled``: fused loss, fused casts);
+    the CLI passes the config's ``compile``, the guide's figures are eager unless a page says so.
+    ``init_from='resume'``: AdamW's state is loaded from the checkpoint before the first evaluation,
+    and train.py keeps the checkpoint's weights referenced (``state_dict``) for the whole run.
+>>>>>>> main
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
-    if state not in ("training", "first"):
+    if state not in STATES:
         raise ValueError(f"unknown state {state!r}")
     if state == "first" and phase != "estimate_loss":
         raise ValueError("state='first' is the first estimate_loss at iteration 0")
@@ -177,7 +253,7 @@ def predict(
     budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
     gpt_config = config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
-    ctx = cuda_autocast_context(config.dtype)
+    ctx = compiled_context(config.dtype) if compiled else cuda_autocast_context(config.dtype)
     torch.manual_seed(seed)
     if fake:
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -191,7 +267,9 @@ def predict(
         warnings.simplefilter("ignore")
         model = source.build(gpt_config)
         model.train()
+        model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
         run_config = config if batch_size is None else config.replace(batch_size=batch)
+<<<<<<< HEAD
         warm_key = (
             repr(run_config),
             batch,
@@ -217,6 +295,32 @@ def predict(
         if phase == "train_step" and state == "training":
             reserved.remember_warmup(warm_key, tracker.trace)
             warmup = tracker.trace  # the step before this one
+=======
+        try:
+            with _recompute_under(ctx):
+                _run_phase(
+                    model,
+                    run_config,
+                    phase,
+                    tracker,
+                    state,
+                    ctx,
+                    batch,
+                    eval_iters,
+                    stale_logits,
+                    bool(source.path),
+                )
+        except Exception as exc:
+            if source.path is None:
+                raise
+            # a reader's model.py may do what fake tensors cannot (data-dependent code, .item() in
+            # the forward, a custom kernel): one line naming the file and the error
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise MemoryError_(
+                f"{source.path}: the model cannot run on fake tensors in {phase}: "
+                f"{exc.__class__.__name__}: {first}"
+            ) from None
+>>>>>>> main
     result = PhaseResult(
         phase=phase,
         mode="predicted",
@@ -233,9 +337,13 @@ def predict(
             result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
+<<<<<<< HEAD
     result.attention = ", ".join(sorted(kernels.used)) or None
     traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
     reserved.judge(result, traces, len(traces) - 1, gpu_memory, alloc_conf)
+=======
+            result.failing_forward = tracker.failing_forward
+>>>>>>> main
     return result
 
 
@@ -249,6 +357,8 @@ def max_batch_size(
     progress=None,
     known: dict[int, PhaseResult] | None = None,
     context_bytes: int = CONTEXT_BYTES,
+    state: str = "training",
+    compiled: bool = False,
     predictor=None,
     **options,
 ) -> int:
@@ -260,7 +370,7 @@ def max_batch_size(
     ``predict`` (default), e.g. ``distributed.predict`` with its ``parallel`` bound. `options` go to
     the predictor (``alloc_conf``, ``capability``).
     """
-    predictor = predictor or predict
+    predictor = predictor or functools.partial(predict, state=state, compiled=compiled)
     known = {} if known is None else known
     calls = [0]
 

@@ -18,6 +18,7 @@ from .allocator import ALLOC, FREE, Trace
 from .cuda_model import block_size
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits_and_loss")
+KEPT = ("weights", "optimizer_state", "ddp_buckets")  # registered with these tags: alive throughout
 
 
 @dataclass
@@ -42,15 +43,18 @@ class _Live:
 class AllocationTracker(TorchDispatchMode):
     """Live bytes of every storage the ops create, as the CUDA caching allocator would count them.
 
-    ``budget``: the bytes the allocator may hold; the first allocation beyond it is recorded in
+    ``rounding``: what an allocation of n bytes books (default: CUDA's 512-byte blocks; ``int`` for
+    exact bytes, as the CPU allocator). ``budget``: the bytes the allocator may hold; the first allocation beyond it is recorded in
     ``failing`` (the "Tried to allocate" of the OOM message), and tracking goes on to the full peak.
     """
 
-    def __init__(self, vocab_size: int | None = None, budget: int | None = None):
+    def __init__(self, vocab_size: int | None = None, budget: int | None = None, rounding=block_size):
         super().__init__()
+        self.rounding = rounding  # bytes booked for a storage of n bytes (CUDA's 512-byte blocks)
         self.vocab_size = vocab_size
         self.budget = budget
-        self.live: dict[int, _Live] = {}
+        self.live: dict[int, _Live] = {}  # storages that may die while tracking: swept
+        self.kept: dict[int, _Live] = {}  # registered weights, optimizer state, buckets: never swept
         self.current = 0
         self.peak = 0
         self.peak_live: list[tuple[int, int, str]] = []
@@ -61,6 +65,9 @@ class AllocationTracker(TorchDispatchMode):
         self.grads_of: list[torch.nn.Parameter] = []
         self.weight_keys: set[int] = set()
         self.tag_new = None  # overrides the tag of new storages (e.g. "optimizer_state")
+        self.forwards = 0  # model forwards so far (counted by the caller); the failing one is recorded
+        self.failing_forward = None
+        self._pending = False  # a peak whose picture is not taken yet
         # the allocator model's input (allocator.Trace): tensors alive before, then allocations and frees
         # in order; keeping that order means settling the frees before every allocation
         self.trace = Trace()
@@ -70,22 +77,33 @@ class AllocationTracker(TorchDispatchMode):
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
         for t in _plain(tensors):
-            key = self._add(t, tag, pre=True)
+            before = self.current
+            key = self._add(t, tag, kept=tag in KEPT, pre=True)
+            added = self.current - before
+            if self.budget is not None and self.failing is None and added > 0 and self.current > self.budget:
+                # the state itself does not fit (weights, AdamW state): the failure is here, within
+                # the budget, not at the next op with more than the budget "already allocated"
+                dtype = str(t.dtype).replace("torch.", "")
+                self.failing = Allocation(added, tag, tuple(t.shape), dtype)
+                self.allocated_at_failure = before
             if tag == "weights" and key is not None:
                 self.weight_keys.add(key)
 
-    def _add(self, t: torch.Tensor, tag: str, pre: bool = False):
+    def _entry(self, key: int):
+        return self.live.get(key) or self.kept.get(key)
+
+    def _add(self, t: torch.Tensor, tag: str, kept: bool = False, pre: bool = False):
         storage = t.untyped_storage()
         ref = StorageWeakRef(storage)
-        entry = self.live.get(ref.cdata)
+        entry = self._entry(ref.cdata)
         if entry is not None:
             if not entry.ref.expired():
                 return None
-            self._drop(ref.cdata)  # a dead storage's address, reused
+            self._drop(self.live if ref.cdata in self.live else self.kept, ref.cdata)  # address reused
         raw = storage.nbytes()
-        nbytes = block_size(raw) if raw else 0
+        nbytes = self.rounding(raw) if raw else 0
         self._uids += 1
-        self.live[ref.cdata] = _Live(ref, nbytes, tag, self._uids)
+        (self.kept if kept else self.live)[ref.cdata] = _Live(ref, nbytes, tag, self._uids)
         self.current += nbytes
         if raw:  # a CUDA storage of 0 bytes takes no block
             what, self._describe_next = self._describe_next, None
@@ -95,8 +113,8 @@ class AllocationTracker(TorchDispatchMode):
                 self.trace.events.append((ALLOC, self._uids, raw, what))
         return ref.cdata
 
-    def _drop(self, key) -> None:
-        entry = self.live.pop(key)
+    def _drop(self, owner: dict, key: int) -> None:
+        entry = owner.pop(key)
         self.current -= entry.nbytes
         if entry.nbytes:
             self.trace.events.append((FREE, entry.uid, 0, None))
@@ -117,17 +135,21 @@ class AllocationTracker(TorchDispatchMode):
 
     def __exit__(self, *exc):
         torch.UntypedStorage.resize_ = self._resize
+        if self._pending:
+            self._snapshot()
         self._sweep()  # what died after the last op is freed too (the next trace starts from here)
         return super().__exit__(*exc)
 
     def _resized(self, storage) -> None:
-        entry = self.live.get(StorageWeakRef(storage).cdata)
+        entry = self._entry(StorageWeakRef(storage).cdata)
         if entry is None or entry.ref.expired():
             return
-        nbytes = block_size(storage.nbytes()) if storage.nbytes() else 0
+        nbytes = self.rounding(storage.nbytes()) if storage.nbytes() else 0
         grown = nbytes - entry.nbytes
         if grown > 0 and self._may_cross(grown):
             self._sweep()
+        if grown < 0 and self._pending:
+            self._snapshot()
         if (
             grown > 0
             and self.budget is not None
@@ -154,8 +176,10 @@ class AllocationTracker(TorchDispatchMode):
 
     def _sweep(self) -> None:
         dead = [k for k, e in self.live.items() if e.ref.expired()]
+        if dead and self._pending:
+            self._snapshot()  # the storages still listed were alive at the peak: take its picture now
         for k in dead:
-            self._drop(k)
+            self._drop(self.live, k)
 
     def _tag(self, func, t: torch.Tensor, args) -> str:
         if self.tag_new:
@@ -177,12 +201,12 @@ class AllocationTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for t in _plain(tree_flatten(out)[0]):
             storage = t.untyped_storage()
-            entry = self.live.get(StorageWeakRef(storage).cdata)
+            entry = self._entry(StorageWeakRef(storage).cdata)
             if entry is not None and not entry.ref.expired():
                 continue  # a view, or an in-place result
-            nbytes = block_size(storage.nbytes())
+            nbytes = self.rounding(storage.nbytes())
             # frees happen between ops: settle them before the new block (the allocator replay needs
-            # their order; the peak and the budget only need them when this block could cross either)
+            # their order; the peak and the budget alone would need them only when it could cross either)
             self._sweep()
             alloc = Allocation(
                 nbytes, str(func.overloadpacket.__name__), tuple(t.shape), str(t.dtype).replace("torch.", "")
@@ -190,6 +214,7 @@ class AllocationTracker(TorchDispatchMode):
             if self.budget is not None and self.failing is None and self.current + nbytes > self.budget:
                 self.failing = alloc
                 self.allocated_at_failure = self.current
+                self.failing_forward = self.forwards or None
             self._describe_next = alloc
             self._add(t, self._tag(func, t, args))
             if self.largest is None or nbytes > self.largest.nbytes:
@@ -199,14 +224,26 @@ class AllocationTracker(TorchDispatchMode):
         return out
 
     def _record_peak(self) -> None:
+        """A new peak. Its picture (what was alive, which were gradients) is taken lazily: until the
+        next sweep finds a dead storage, nothing has been freed since, so the state is still the peak's."""
         self.peak = self.current
-        self.peak_live = [(k, e.nbytes, e.tag) for k, e in self.live.items()]
-        self.peak_grad_keys = {
-            StorageWeakRef(g.untyped_storage()).cdata
-            for g in _plain(p.grad for p in self.grads_of if p.grad is not None)
-        }
+        self._pending = True
+
+    def _snapshot(self) -> None:
+        self._pending = False
+        self.peak_live = [(k, e.nbytes, e.tag) for d in (self.live, self.kept) for k, e in d.items()]
+        keys = set()
+        for p in self.grads_of:
+            grad = p.grad
+            if grad is None:
+                continue
+            local = getattr(grad, "_local_tensor", None)  # FSDP2: the DTensor's shard
+            keys.add(StorageWeakRef((grad if local is None else local).untyped_storage()).cdata)
+        self.peak_grad_keys = keys
 
     def breakdown(self) -> dict[str, int]:
+        if self._pending:
+            self._snapshot()
         out = dict.fromkeys(CATEGORIES, 0)
         for key, nbytes, tag in self.peak_live:
             name = "gradients" if key in self.peak_grad_keys else tag
