@@ -143,12 +143,6 @@ def run_check(args) -> int:
         config = load_config(args.configs, overrides, find_files=True)
     notes = [str(w.message) for w in caught] + list(config.notes)
     source = memory.load_model_source(args.model) if args.model else None
-<<<<<<< HEAD
-    phases = args.phase or list(memory.PHASES)
-    card = _card(args)
-    args.gpu_memory = card.total_memory
-    options = dict(alloc_conf=card.alloc_conf, capability=card.gpu.capability)
-=======
     run = memory.checks_run(config)
     if config.eval_only and "train_step" not in run:
         notes.append("eval_only=True: train.py stops after the first estimate_loss(); nothing else runs")
@@ -157,7 +151,9 @@ def run_check(args) -> int:
     if skipped:
         notes.append(f"not run by this config (eval_only): {', '.join(skipped)}")
     shape = config.gpt_config()
->>>>>>> main
+    card = _card(args)
+    args.gpu_memory = card.total_memory
+    card_options = dict(alloc_conf=card.alloc_conf, capability=card.gpu.capability)
     out = {
         "gpu_memory_bytes": args.gpu_memory,
         "usable_bytes": memory.usable_bytes(args.gpu_memory),
@@ -177,7 +173,7 @@ def run_check(args) -> int:
         "warnings": notes,
         "phases": {},
     }
-    predictor = functools.partial(memory.predict, **options)
+    predictor = functools.partial(memory.predict, **card_options)
     if not parallel.single:
         from .memory import distributed
 
@@ -287,31 +283,23 @@ def _print_check(out: dict, config) -> None:
         )
     for name, r in out["phases"].items():
         verdict = "fits" if r["fits"] else "DOES NOT FIT"
-<<<<<<< HEAD
         reserved = f", {fmt(r['reserved_bytes'])} reserved" if r.get("reserved_bytes") is not None else ""
         print(
-            f"\n{phase}: predicted peak {fmt(r['peak_bytes'])} allocated{reserved} -> {verdict} "
+            f"\n{titles[name]}: predicted peak {fmt(r['peak_bytes'])} allocated{reserved} -> {verdict} "
             f"(attention: {r.get('attention') or 'none'})"
         )
-=======
-        print(f"\n{titles[name]}: predicted peak {fmt(r['peak_bytes'])} -> {verdict}")
->>>>>>> main
         print(f"  largest allocation: {fmt(r['largest_allocation_bytes'])} ({r['largest_allocation']})")
         if not r["fits"]:
             where = f" in forward {r['failing_forward']}" if r.get("failing_forward") else ""
             print(
                 f"  would fail at: Tried to allocate {fmt(r['failing_allocation_bytes'])} "
-<<<<<<< HEAD
-                f"({r['failing_allocation']}), with {fmt(r['allocated_at_failure_bytes'])} already allocated"
+                f"({r['failing_allocation']}{where}), with {fmt(r['allocated_at_failure_bytes'])} "
+                "already allocated"
                 + (
                     f" and {fmt(r['reserved_at_failure_bytes'])} reserved"
                     if r.get("reserved_at_failure_bytes") is not None
                     else ""
                 )
-=======
-                f"({r['failing_allocation']}{where}), with {fmt(r['allocated_at_failure_bytes'])} "
-                "already allocated"
->>>>>>> main
             )
         parts = ", ".join(f"{k.replace('_', ' ')} {fmt(v)}" for k, v in r["breakdown"].items())
         print(f"  at the peak: {parts}")
@@ -320,13 +308,8 @@ def _print_check(out: dict, config) -> None:
             print(f"  largest batch_size that fits: {mbs}" if mbs else "  not even batch_size=1 fits")
     how = "torch.compile modelled by its fused loss and casts" if out["compiled"] else "the model run eagerly"
     print(
-<<<<<<< HEAD
-        "\n(predicted on fake tensors with CUDA's autocast, attention kernel and caching allocator: a phase "
-        "fits when its reserved memory does; torch.compile and kernel workspaces are not modelled)"
-=======
-        f"\n(predicted on fake tensors with CUDA's autocast and allocator rounding; {how}; "
-        "fragmentation and compile-time workspaces are not modelled: keep some headroom)"
->>>>>>> main
+        f"\n(predicted on fake tensors with CUDA's autocast, attention kernel and caching allocator; {how}; "
+        "a phase fits when its reserved memory does; kernel workspaces are not modelled)"
     )
 
 

@@ -16,18 +16,13 @@ The package, one module per job:
 - ``predict``     a phase on fake tensors; the batch-size search
 - ``measure``     a phase on a real GPU: the only module that calls torch.cuda
 
-<<<<<<< HEAD
+- ``compiled``    what torch.compile changes (fused loss, fused casts): a rule-based model
 - ``allocator``  PyTorch's caching allocator replayed on the tracker's events; PYTORCH_CUDA_ALLOC_CONF
 - ``reserved``   the phase's warm-up and replay: reserved peak and the verdict on reserved memory
 - ``kernels``    CUDA's attention backend per compute capability and dtype, 1-byte dropout masks
 - ``gpus``       cards by name (``gpus.json``): memory as PyTorch reports it, compute capability
 
-Not modelled yet: kernels' private workspaces, torch.compile.
-=======
-- ``compiled``    what torch.compile changes (fused loss, fused casts): a rule-based model
-
-Not modelled yet: kernels' private workspaces, fragmentation.
->>>>>>> main
+Not modelled yet: kernels' private workspaces.
 The names below are what the CLI, the examples and the notebook use: ``from oomguide import memory``.
 """
 

@@ -171,15 +171,7 @@ class CudaAutocast(TorchFunctionMode):
 
 
 @contextmanager
-<<<<<<< HEAD
 def _recompute_under(ctx, *modes):
-    """Recompute oomguide.model's checkpointed Blocks (grad_checkpoint) under `ctx` in backward.
-
-    torch.utils.checkpoint re-enters torch.autocast for the recomputation, but not a TorchFunctionMode
-    such as CudaAutocast: without this, the recomputed tensors come out float32 and checkpoint fails.
-    `modes`: factories of further TorchFunctionModes the recomputation must run under (the kernels).
-=======
-def _recompute_under(ctx):
     """Recompute checkpointed code under `ctx` in backward, however the model calls checkpoint.
 
     torch.utils.checkpoint re-enters torch.autocast for the recomputation, but not a TorchFunctionMode
@@ -187,14 +179,16 @@ def _recompute_under(ctx):
     A model may call ``torch.utils.checkpoint.checkpoint`` or a name it imported
     (``from torch.utils.checkpoint import checkpoint``), so the hook sits below both: the
     non-reentrant path's generator (which takes the recomputation's context), and the reentrant
-    path's backward (which recomputes).
->>>>>>> main
+    path's backward (which recomputes). `modes`: factories of further TorchFunctionModes the
+    recomputation must run under too (the kernels' choices, ``kernels.CudaKernels``).
     """
     import torch.utils.checkpoint as ckpt
 
-<<<<<<< HEAD
-    original = model_module.checkpoint
-    original_torch = torch.utils.checkpoint.checkpoint  # code that calls torch.utils.checkpoint.checkpoint
+    if not isinstance(ctx, CudaAutocast) and not modes:
+        yield
+        return
+    generator = ckpt._checkpoint_without_reentrant_generator
+    reentrant_backward = ckpt.CheckpointFunction.backward
 
     @contextmanager
     def recompute():
@@ -205,20 +199,8 @@ def _recompute_under(ctx):
                 stack.enter_context(CudaAutocast(ctx.dtype))
             yield
 
-    if isinstance(ctx, CudaAutocast) or modes:
-        model_module.checkpoint = functools.partial(original, context_fn=lambda: (nullcontext(), recompute()))
-        torch.utils.checkpoint.checkpoint = functools.partial(
-            original_torch, context_fn=lambda: (nullcontext(), recompute())
-        )
-=======
-    if not isinstance(ctx, CudaAutocast):
-        yield
-        return
-    generator = ckpt._checkpoint_without_reentrant_generator
-    reentrant_backward = ckpt.CheckpointFunction.backward
-
     def contexts():
-        return nullcontext(), CudaAutocast(ctx.dtype)
+        return nullcontext(), recompute()
 
     @functools.wraps(generator)
     def with_autocast(fn, preserve_rng_state=True, context_fn=ckpt.noop_context_fn, *args, **kwargs):
@@ -227,12 +209,11 @@ def _recompute_under(ctx):
         return generator(fn, preserve_rng_state, context_fn, *args, **kwargs)
 
     def backward(bctx, *grads):
-        with CudaAutocast(ctx.dtype):
+        with recompute():
             return reentrant_backward(bctx, *grads)
 
     ckpt._checkpoint_without_reentrant_generator = with_autocast
     ckpt.CheckpointFunction.backward = staticmethod(backward)
->>>>>>> main
     try:
         yield
     finally:

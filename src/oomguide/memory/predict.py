@@ -15,18 +15,13 @@ import torch
 
 from .. import loop
 from ..config import TrainConfig
-<<<<<<< HEAD
 from . import reserved
 from .allocator import AllocConf
+from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
-from .models import ModelSource
-=======
-from .compiled import compiled_context
-from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .models import MemoryError_, ModelSource
->>>>>>> main
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
@@ -213,12 +208,9 @@ def predict(
     seed: int = 0,
     eval_iters: int = 1,
     stale_logits: bool = True,
-<<<<<<< HEAD
+    compiled: bool = False,
     alloc_conf: AllocConf | None = None,
     capability: tuple[int, int] = DEFAULT_CAPABILITY,
-=======
-    compiled: bool = False,
->>>>>>> main
 ) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
@@ -231,16 +223,13 @@ def predict(
     with the train split's last logits alive (the loop variable), as every later batch does.
     `stale_logits=False` (state "training"): no (B, T, V) logits left over from the last training
     micro-step (FACTS 11), as after train.py drops them, or with a model that returns no such logits.
-<<<<<<< HEAD
-    `alloc_conf`: the caching allocator's settings (default: PYTORCH_CUDA_ALLOC_CONF from the
-    environment); ``fits`` is decided on reserved memory (``reserved``). `capability`: the card's
-    compute capability, which picks CUDA's attention kernel (``kernels``).
-=======
     `compiled=True`: the model as ``torch.compile`` runs it (``compiled``: fused loss, fused casts);
     the CLI passes the config's ``compile``, the guide's figures are eager unless a page says so.
     ``init_from='resume'``: AdamW's state is loaded from the checkpoint before the first evaluation,
     and train.py keeps the checkpoint's weights referenced (``state_dict``) for the whole run.
->>>>>>> main
+    `alloc_conf`: the caching allocator's settings (default: PYTORCH_CUDA_ALLOC_CONF from the
+    environment); ``fits`` is decided on reserved memory (``reserved``). `capability`: the card's
+    compute capability, which picks CUDA's attention kernel (``kernels``).
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
@@ -269,7 +258,6 @@ def predict(
         model.train()
         model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
         run_config = config if batch_size is None else config.replace(batch_size=batch)
-<<<<<<< HEAD
         warm_key = (
             repr(run_config),
             batch,
@@ -278,26 +266,31 @@ def predict(
             stale_logits,
             fake,
             kernels.capability,
+            compiled,
         )
         warmup = None
-        if phase == "estimate_loss" and state == "training":
-            warmup = reserved.cached_warmup(warm_key)
-            if warmup is None:  # a training step ran before this evaluation: its segments are cached
-                step_tracker = AllocationTracker(vocab_size=gpt_config.vocab_size)
-                with _recompute_under(ctx, kernels.fresh):
-                    _run_phase(
-                        model, run_config, "train_step", step_tracker, state, ctx, batch, 1, stale_logits
-                    )
-                warmup = step_tracker.trace
-                reserved.remember_warmup(warm_key, warmup)
-        with _recompute_under(ctx, kernels.fresh):
-            _run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
-        if phase == "train_step" and state == "training":
-            reserved.remember_warmup(warm_key, tracker.trace)
-            warmup = tracker.trace  # the step before this one
-=======
         try:
-            with _recompute_under(ctx):
+            if phase == "estimate_loss" and state == "training":
+                warmup = reserved.cached_warmup(warm_key)
+                if warmup is None:  # a training step ran before this evaluation: its segments are cached
+                    step_tracker = AllocationTracker(vocab_size=gpt_config.vocab_size)
+                    with _recompute_under(ctx, kernels.fresh):
+                        _run_phase(
+                            model,
+                            run_config,
+                            "train_step",
+                            step_tracker,
+                            state,
+                            ctx,
+                            batch,
+                            1,
+                            stale_logits,
+                            bool(source.path),
+                        )
+                    warmup = step_tracker.trace
+                    reserved.remember_warmup(warm_key, warmup)
+                    tracker.forwards = 0  # the hook counted the warm-up's forwards
+            with _recompute_under(ctx, kernels.fresh):
                 _run_phase(
                     model,
                     run_config,
@@ -320,7 +313,9 @@ def predict(
                 f"{source.path}: the model cannot run on fake tensors in {phase}: "
                 f"{exc.__class__.__name__}: {first}"
             ) from None
->>>>>>> main
+        if phase == "train_step" and state == "training":
+            reserved.remember_warmup(warm_key, tracker.trace)
+            warmup = tracker.trace  # the step before this one
     result = PhaseResult(
         phase=phase,
         mode="predicted",
@@ -337,13 +332,10 @@ def predict(
             result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
-<<<<<<< HEAD
+            result.failing_forward = tracker.failing_forward
     result.attention = ", ".join(sorted(kernels.used)) or None
     traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
     reserved.judge(result, traces, len(traces) - 1, gpu_memory, alloc_conf)
-=======
-            result.failing_forward = tracker.failing_forward
->>>>>>> main
     return result
 
 
