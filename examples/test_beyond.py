@@ -245,7 +245,10 @@ def test_four_gb_card(snippet, figure, runner, report):
         assert mine.peak_bytes <= FOUR_GB_TARGET, memory.fmt_bytes(mine.peak_bytes)
         # float16 on a card older than Ampere (memory-efficient attention): the same bytes as bfloat16
         # on Ampere (flash attention), as the config snippet says
-        assert predicted(snippet, "four-gb", phase, "float16", PRE_AMPERE).peak_bytes == mine.peak_bytes
+        # (give or take the GradScaler's few bytes of state, float16 only)
+        fp16_pre_ampere = predicted(snippet, "four-gb", phase, "float16", PRE_AMPERE)
+        assert fp16_pre_ampere.attention == "efficient"
+        assert abs(fp16_pre_ampere.peak_bytes - mine.peak_bytes) <= 4 * 1024
         assert mine.peak_bytes <= memory.usable_bytes(FOUR_GB_CARD)  # fits the card, context set aside
         # reserved memory (issue 15): the card holds it with PyTorch's defaults, but only with
         # expandable segments does it stay within the target
