@@ -11,7 +11,7 @@ import json
 import sys
 import warnings
 
-from . import memory
+from . import memory, versions
 from .config import ConfigError, load_config
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
@@ -111,6 +111,7 @@ def run_check(args) -> int:
         "usable_bytes": memory.usable_bytes(args.gpu_memory),
         "context_bytes": memory.CONTEXT_BYTES,
         "mode": "predicted",
+        **versions.describe(),  # the PyTorch whose code the prediction ran
         "config": config.sources,
         "model": args.model or "oomguide.model.GPT",
         "warnings": notes,
@@ -150,6 +151,7 @@ def _print_check(out: dict, config) -> None:
         f"gradient_accumulation_steps={config.gradient_accumulation_steps}"
         + (f" eval_batch_size={config.eval_batch_size}" if config.eval_batch_size else "")
     )
+    print(f"predicted with: {versions.line(out['torch_version'])}")
     for note in out["warnings"]:
         print(f"note: {note}")
     for phase, r in out["phases"].items():

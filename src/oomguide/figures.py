@@ -44,17 +44,37 @@ def save(store: dict, path: Path = STORE) -> None:
     path.write_text(json.dumps(ordered, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _group(int_text: str, sep: str) -> str:
+# Typography per language (see also tests/test_language.py, which checks the built pages):
+# - the thousands separator, and from how many digits on a number is grouped: English, Japanese
+#   and Chinese group from four digits with a comma (65,536); German groups from five digits with a
+#   period (65.536, but 1024), French from five digits with a narrow no-break space (65 536, 1024);
+# - the decimal sign: a comma in German and French;
+# - the space between a number and its unit: a no-break space in German and French (6,14 GiB,
+#   6,14 Gio), so that a line never breaks between them; an ordinary space elsewhere;
+# - ratios: "4.22×" in English, German and French; 倍 in Japanese and Chinese ("4.22 倍").
+NBSP, NNBSP = "\u00a0", "\u202f"
+THOUSANDS = {"en": ",", "ja": ",", "zh": ",", "de": ".", "fr": NNBSP}
+GROUP_FROM = {"en": 4, "ja": 4, "zh": 4, "de": 5, "fr": 5}
+DECIMAL = {"en": ".", "ja": ".", "zh": ".", "de": ",", "fr": ","}
+UNIT_SPACE = {"en": " ", "ja": " ", "zh": " ", "de": NBSP, "fr": NBSP}
+
+
+def _group(int_text: str, sep: str, group_from: int = 4) -> str:
+    if len(int_text) < group_from:
+        return int_text
     head, rest = int_text[: len(int_text) % 3 or 3], int_text[len(int_text) % 3 or 3 :]
     return sep.join([head] + [rest[i : i + 3] for i in range(0, len(rest), 3)])
+
+
+def group_int(value: int, lang: str) -> str:
+    """An integer as `lang` writes it in running text: 50,304 / 50.304 / 50 304; 1024 in de and fr."""
+    return _number(value, 0, lang)
 
 
 def _number(value: float, decimals: int, lang: str) -> str:
     text = f"{abs(value):.{decimals}f}"
     whole, _, frac = text.partition(".")
-    thousands = {"de": ".", "fr": "\u202f"}.get(lang, ",")
-    decimal = "," if lang in ("de", "fr") else "."
-    out = _group(whole, thousands) + (decimal + frac if frac else "")
+    out = _group(whole, THOUSANDS[lang], GROUP_FROM[lang]) + (DECIMAL[lang] + frac if frac else "")
     return ("-" if value < 0 else "") + out
 
 
@@ -66,20 +86,23 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
         raise FigureError(f"figure value must be a finite number, got {value!r}")
     if unit in _BYTE_UNITS:
         divisor, symbols, default = _BYTE_UNITS[unit]
-        return f"{_number(value / divisor, 2 if decimals is None else decimals, lang)} {symbols.get(lang, default)}"
+        number = _number(value / divisor, 2 if decimals is None else decimals, lang)
+        return f"{number}{UNIT_SPACE[lang]}{symbols.get(lang, default)}"
     if unit == "int":
         return _number(round(value), 0, lang)
     if unit == "code":  # a value inside code (`block_size = 1024`): Python's spelling in every language
         return str(round(value))
     if unit == "millions":
-        return _number(value / 1e6, 2 if decimals is None else decimals, lang) + "M"
+        number = _number(value / 1e6, 2 if decimals is None else decimals, lang)
+        return number + {"de": NBSP + "Mio.", "fr": NBSP + "millions"}.get(lang, "M")
     if unit == "ratio":
-        return _number(value, 2 if decimals is None else decimals, lang) + "×"
+        number = _number(value, 2 if decimals is None else decimals, lang)
+        return number + (NBSP + "倍" if lang in ("ja", "zh") else "×")
     if unit == "percent":
         text = _number(value * 100, 0 if decimals is None else decimals, lang)
-        return text + ("\u202f%" if lang in ("de", "fr") else "%")
+        return text + (NNBSP + "%" if lang in ("de", "fr") else "%")
     if unit == "seconds":
-        return _number(value, 2 if decimals is None else decimals, lang) + " s"
+        return _number(value, 2 if decimals is None else decimals, lang) + UNIT_SPACE[lang] + "s"
     if unit == "float":
         return _number(value, 2 if decimals is None else decimals, lang)
     if unit == "mark":  # a yes/no a table shows: 1 -> ✓, 0 -> ✗, the same in every language

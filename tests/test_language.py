@@ -1,0 +1,499 @@
+"""Every language says the same thing, in the same words, with its own typography.
+
+Three checks, each a function that returns a list of problems naming the file, the language
+and the place; the tests assert that the list is empty, and the negative tests at the end run
+the same functions on small broken trees.
+
+* **Glossary** (``glossary.yml``): the prose of every page and notebook (not code spans, code
+  blocks, program output or link targets) uses no variant that the glossary says to avoid.
+* **Parity**: per section (the English ``{ #anchor }`` of its heading), every language has the
+  same number of paragraphs, list items, table rows, admonitions and content tabs as English.
+* **Typography** (built HTML): French spaces before ``: ; ! ?`` and inside « », no-break
+  spaces between number and unit in French and German, grouped long numbers, 倍 for ratios in
+  Japanese and Chinese.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_site import (
+    ADMONITION,
+    COMMENT,
+    DEFAULT,
+    HEADING,
+    INCLUDE,
+    LANGS,
+    OUTPUT_MARK,
+    html_pages,
+    lang_of,
+    lang_pages,
+    notebook_markdown,
+    parse_markdown,
+    rel,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+GLOSSARY = "glossary.yml"
+
+# --- prose ------------------------------------------------------------------------------------
+
+CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
+LINK_TARGET = re.compile(r"\]\([^)]*\)")
+ANCHOR_ATTR = re.compile(r"\{[ \t]*[#.][^}]*\}")
+PLACEHOLDER = re.compile(r"\{\{[^}]*\}\}")
+HTML_TAG = re.compile(r"<[^>]+>")
+TITLE_ATTR = re.compile(r"""title=(["'])[^"']*\1""")
+
+
+def clean_prose(line: str) -> str:
+    """A Markdown line without what is not prose: code spans, link targets, anchors, placeholders, tags."""
+    for pattern in (CODE_SPAN, LINK_TARGET, ANCHOR_ATTR, PLACEHOLDER, HTML_TAG):
+        line = pattern.sub(" ", line)
+    return line
+
+
+def markdown_prose(text: str) -> list[tuple[int, str]]:
+    """(line, prose) of a Markdown text: lines outside code fences, without comments and code spans."""
+    parsed = parse_markdown(text)
+    joined = "\n".join(line for _, line in parsed.prose)
+    joined = COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), joined)
+    out = []
+    for (number, _), line in zip(parsed.prose, joined.splitlines(), strict=False):
+        if INCLUDE.match(line) or line.strip() == OUTPUT_MARK:
+            continue
+        cleaned = clean_prose(line)
+        if cleaned.strip():
+            out.append((number, cleaned))
+    return out
+
+
+def page_prose(path: Path) -> list[tuple[str, str]]:
+    """(place, prose) of a page or a notebook's Markdown cells ("cell N:line" for notebooks)."""
+    if path.suffix == ".ipynb":
+        return [
+            (f"cell {n}:{line}", text)
+            for n, source in notebook_markdown(path)
+            for line, text in markdown_prose(source)
+        ]
+    return [(str(line), text) for line, text in markdown_prose(path.read_text(encoding="utf-8"))]
+
+
+# --- glossary ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Term:
+    concept: str
+    preferred: dict[str, str]
+    avoid: dict[str, list[re.Pattern]]
+
+
+def load_glossary(root: Path) -> list[Term]:
+    data = yaml.safe_load((root / GLOSSARY).read_text(encoding="utf-8")) or {}
+    terms = []
+    for concept, entry in data.items():
+        avoid = {}
+        for lang, variants in (entry.get("avoid") or {}).items():
+            avoid[lang] = [re.compile(v) for v in variants]
+        terms.append(Term(concept, {k: v for k, v in entry.items() if k in LANGS}, avoid))
+    return terms
+
+
+def check_glossary_file(root: Path) -> list[str]:
+    """Every concept names its preferred term in every language; every variant is a valid pattern."""
+    errors = []
+    data = yaml.safe_load((root / GLOSSARY).read_text(encoding="utf-8")) or {}
+    for concept, entry in data.items():
+        for lang in LANGS:
+            if not isinstance(entry.get(lang), str) or not entry[lang].strip():
+                errors.append(f"{GLOSSARY} ({lang}): {concept!r} has no preferred term")
+        for lang, variants in (entry.get("avoid") or {}).items():
+            if lang not in LANGS:
+                errors.append(f"{GLOSSARY}: {concept!r} avoids variants in unknown language {lang!r}")
+            for v in variants:
+                try:
+                    pattern = re.compile(v)
+                except re.error as err:
+                    errors.append(f"{GLOSSARY} ({lang}): {concept!r}: variant {v!r} is no pattern: {err}")
+                    continue
+                if lang in entry and pattern.search(entry[lang]):
+                    errors.append(
+                        f"{GLOSSARY} ({lang}): {concept!r}: variant {v!r} matches the preferred term {entry[lang]!r}"
+                    )
+    return errors
+
+
+def check_glossary(root: Path) -> list[str]:
+    """No page or notebook of a language uses a variant its glossary entry says to avoid."""
+    terms = load_glossary(root)
+    errors = []
+    for lang, pages in lang_pages(root).items():
+        for name, path in pages.items():
+            for place, text in page_prose(path):
+                for term in terms:
+                    for pattern in term.avoid.get(lang, []):
+                        for m in pattern.finditer(text):
+                            errors.append(
+                                f"docs/{lang}/{name}:{place} ({lang}): {m.group(0)!r} for {term.concept!r}; "
+                                f"the glossary's term is {term.preferred.get(lang)!r}"
+                            )
+    return errors
+
+
+# --- parity -----------------------------------------------------------------------------------
+
+LIST_ITEM = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+\S")
+TABLE_ROW = re.compile(r"^[ \t]*\|")
+TABLE_RULE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$")
+TAB = re.compile(r"^[ \t]*===[ \t]+[\"']")
+EXPLICIT = re.compile(r"\{[ \t]*#(?P<id>[^\s}]+)[^}]*\}[ \t]*$")
+
+
+@dataclass
+class Section:
+    paragraphs: int = 0
+    list_items: int = 0
+    table_rows: int = 0
+    admonitions: list[str] = field(default_factory=list)
+    tabs: int = 0
+
+    def counts(self) -> dict[str, object]:
+        return {
+            "paragraphs": self.paragraphs,
+            "list items": self.list_items,
+            "table rows": self.table_rows,
+            "admonitions": self.admonitions,
+            "content tabs": self.tabs,
+        }
+
+
+def sections(texts: list[str]) -> dict[str, Section]:
+    """{anchor: Section} of Markdown texts (a page, or a notebook's Markdown cells in order).
+
+    What comes before the first anchored heading is the section "(top)". Code fences and program
+    output are left out (the includes are compared by test_site.check_structure)."""
+    out: dict[str, Section] = {"(top)": Section()}
+    current = out["(top)"]
+    for text in texts:
+        parsed = parse_markdown(text)
+        prose = "\n".join(line for _, line in parsed.prose)
+        prose = COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), prose)
+        previous = "blank"  # what the line before was: blank, paragraph, item, other
+        for line in prose.splitlines():
+            if not line.strip():
+                previous = "blank"
+                continue
+            heading = HEADING.match(line)
+            if heading:
+                anchor = EXPLICIT.search(heading["title"])
+                if anchor:
+                    current = out.setdefault(anchor["id"], Section())
+                previous = "other"
+                continue
+            if ADMONITION.match(line):
+                current.admonitions.append(ADMONITION.match(line)["kind"])
+                previous = "other"
+            elif TAB.match(line):
+                current.tabs += 1
+                previous = "other"
+            elif TABLE_ROW.match(line):
+                if not TABLE_RULE.match(line):
+                    current.table_rows += 1
+                previous = "other"
+            elif LIST_ITEM.match(line):
+                current.list_items += 1
+                previous = "item"
+            elif INCLUDE.match(line) or line.strip() == OUTPUT_MARK:
+                previous = "other"
+            elif previous in ("blank", "other"):
+                current.paragraphs += 1
+                previous = "paragraph"
+            # else: a continuation line of a paragraph or a list item
+    return out
+
+
+def page_sections(path: Path) -> dict[str, Section]:
+    if path.suffix == ".ipynb":
+        return sections([source for _, source in notebook_markdown(path)])
+    return sections([path.read_text(encoding="utf-8")])
+
+
+def check_parity(root: Path) -> list[str]:
+    """Per section, the same paragraphs, list items, table rows, admonitions and tabs as English."""
+    pages = lang_pages(root)
+    errors = []
+    for name, en_path in pages[DEFAULT].items():
+        en = page_sections(en_path)
+        for lang in LANGS:
+            if lang == DEFAULT or name not in pages[lang]:
+                continue  # a missing page is test_site's to report
+            mine = page_sections(pages[lang][name])
+            for anchor, theirs in en.items():
+                ours = mine.get(anchor)
+                if ours is None:
+                    continue  # a missing anchor is test_site's to report
+                for what, want in theirs.counts().items():
+                    got = ours.counts()[what]
+                    if got != want:
+                        errors.append(
+                            f"docs/{lang}/{name} ({lang}) #{anchor}: {what} {got}, "
+                            f"docs/{DEFAULT}/{name} has {want}"
+                        )
+    return errors
+
+
+# --- typography of the built pages ---------------------------------------------------------------
+
+SKIP_TAGS = {"code", "pre", "script", "style", "kbd", "samp", "svg", "textarea"}
+# a notebook's code cells (input area and prompts) and the copy button's hidden "Copied!"
+SKIP_CLASSES = {"jp-InputArea", "jp-InputPrompt", "jp-OutputPrompt", "notice"}
+UNITS = r"(?:[KMGT]i?B|[KMGT]io|[KMGT]o|GB|Go|MB|Mo|ms|s|%|Mio\.|millions)"
+SPACE = " \u00a0\u202f"
+
+
+class _Text(HTMLParser):
+    """The text of a page's article, outside code, in order, with the tag that holds each run."""
+
+    VOID = {"br", "img", "hr", "input", "meta", "link", "source", "wbr", "area", "col", "embed"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.depth = 0  # inside <article>
+        self.skip = 0
+        self.runs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.VOID:
+            return
+        if tag == "article":
+            self.depth += 1
+            return
+        classes = set((dict(attrs).get("class") or "").split())
+        if self.depth and (tag in SKIP_TAGS or classes & SKIP_CLASSES or self.skip):
+            self.skip += 1
+
+    def handle_endtag(self, tag):
+        if tag in self.VOID:
+            return
+        if tag == "article":
+            self.depth = max(0, self.depth - 1)
+        elif self.skip:
+            self.skip -= 1
+
+    def handle_data(self, data):
+        if self.depth and not self.skip:
+            self.runs.append(data)
+
+
+def article_text(html_text: str) -> str:
+    """The prose of a built page (its <article>), code left out; runs joined as a reader sees them."""
+    parser = _Text()
+    parser.feed(html_text)
+    return "".join(parser.runs)
+
+
+RULES: dict[str, list[tuple[re.Pattern, str]]] = {
+    "fr": [
+        (re.compile(r"(?<=[^\s\u00a0\u202f(])[:;!?](?=\s|$)"), "no no-break space before {m!r}"),
+        (re.compile(r" [:;!?](?=\s|$)"), "a breakable space before {m!r} (use U+00A0 or U+202F)"),
+        (re.compile(r"«(?![\u00a0\u202f])"), "« without a no-break space after it"),
+        (re.compile(r"(?<![\u00a0\u202f])»"), "» without a no-break space before it"),
+        (re.compile(rf"\d[ \t]?{UNITS}(?!\w)"), "number and unit not joined by a no-break space: {m!r}"),
+        (re.compile(r"(?<![\d.,\u202f\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
+    ],
+    "de": [
+        (re.compile(rf"\d[ \t]?{UNITS}(?!\w)"), "number and unit not joined by a no-break space: {m!r}"),
+        (re.compile(r"(?<![\d.,\u202f\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
+    ],
+    "ja": [
+        (re.compile(r"\d[ \u00a0]?×(?![ \u00a0]?[\dA-Za-z(（])"), "ratio written with ×: {m!r} (write 倍)"),
+        (re.compile(r"(?<![\d.,\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
+    ],
+    "zh": [
+        (re.compile(r"\d[ \u00a0]?×(?![ \u00a0]?[\dA-Za-z(（])"), "ratio written with ×: {m!r} (write 倍)"),
+        (re.compile(r"(?<![\d.,\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
+    ],
+    "en": [
+        (re.compile(r"(?<![\d.,\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
+    ],
+}
+
+
+def check_typography_text(text: str, lang: str) -> list[str]:
+    problems = []
+    for pattern, message in RULES.get(lang, []):
+        for m in pattern.finditer(text):
+            context = text[max(0, m.start() - 30) : m.end() + 10].replace("\n", " ")
+            problems.append(message.format(m=m.group(0)) + f" in {context!r}")
+    return problems
+
+
+def check_typography(site: Path) -> list[str]:
+    errors = []
+    for page in html_pages(site):
+        lang = lang_of(page, site)
+        text = article_text(page.read_text(encoding="utf-8", errors="replace"))
+        errors += [f"{rel(page, site)} ({lang}): {p}" for p in check_typography_text(text, lang)]
+    return errors
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+
+def test_glossary_is_complete():
+    assert check_glossary_file(ROOT) == []
+
+
+def test_pages_follow_the_glossary():
+    assert check_glossary(ROOT) == []
+
+
+def test_same_paragraphs_items_rows_and_admonitions_per_section():
+    assert check_parity(ROOT) == []
+
+
+def test_typography_of_the_built_pages(site):
+    assert check_typography(site) == []
+
+
+# --- the checks fail helpfully -----------------------------------------------------------------------
+
+EN_PAGE = """# Title { #title }
+
+The `trainer` starts. See [the loop](other.md#training).
+
+## Section { #section }
+
+- one
+- two,
+  continued
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+!!! note
+    Careful.
+
+```python title="training"
+--8<-- "snippets/page/run.py"
+```
+"""
+
+JA_PAGE = EN_PAGE.replace("The `trainer` starts.", "`trainer` が学習を始めます。")
+
+
+def make_tree(tmp_path: Path) -> Path:
+    for lang in LANGS:
+        (tmp_path / "docs" / lang).mkdir(parents=True)
+        (tmp_path / "docs" / lang / "page.md").write_text(
+            JA_PAGE if lang == "ja" else EN_PAGE, encoding="utf-8"
+        )
+    (tmp_path / GLOSSARY).write_text(
+        "training:\n  en: training\n  ja: 学習\n  zh: 训练\n  de: Training\n  fr: entraînement\n"
+        "  avoid:\n    ja: [トレーニング]\n    fr: ['\\btraining\\b']\n",
+        encoding="utf-8",
+    )
+    return tmp_path
+
+
+def test_checks_pass_on_a_good_tree(tmp_path):
+    root = make_tree(tmp_path)
+    assert check_glossary_file(root) == []
+    assert check_glossary(root) == []
+    assert check_parity(root) == []
+
+
+def test_avoided_variant_in_prose_is_reported_but_not_in_code(tmp_path):
+    root = make_tree(tmp_path)
+    ja = root / "docs" / "ja" / "page.md"
+    ja.write_text(ja.read_text(encoding="utf-8").replace("学習", "トレーニング"), encoding="utf-8")
+    fr = root / "docs" / "fr" / "page.md"  # 'training' in a link target and a code title is not prose
+    errors = check_glossary(root)
+    assert len(errors) == 1, errors
+    assert (
+        errors[0].startswith("docs/ja/page.md:3 (ja)")
+        and "'トレーニング'" in errors[0]
+        and "学習" in errors[0]
+    )
+    fr.write_text(fr.read_text(encoding="utf-8") + "\nLe training commence.\n", encoding="utf-8")
+    line = len(fr.read_text(encoding="utf-8").splitlines())
+    fr_errors = [e for e in check_glossary(root) if "(fr)" in e]
+    assert len(fr_errors) == 1 and fr_errors[0].startswith(f"docs/fr/page.md:{line} (fr)"), fr_errors
+
+
+def test_glossary_without_a_language_is_reported(tmp_path):
+    root = make_tree(tmp_path)
+    (root / GLOSSARY).write_text(
+        "loss:\n  en: loss\n  ja: 損失\n  avoid:\n    ja: ['損失']\n", encoding="utf-8"
+    )
+    errors = check_glossary_file(root)
+    assert any("(zh): 'loss' has no preferred term" in e for e in errors), errors
+    assert any("matches the preferred term" in e for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    "change, what",
+    [
+        (lambda t: t.replace("- two,\n  continued", "- two\n- three"), "list items 3"),
+        (lambda t: t.replace("| 1 | 2 |", "| 1 | 2 |\n| 3 | 4 |"), "table rows 3"),
+        (lambda t: t.replace("!!! note\n    Careful.", "Careful."), "admonitions []"),
+        (lambda t: t.replace(" See [the loop]", "\n\nSee [the loop]"), "paragraphs 2"),
+    ],
+)
+def test_parity_reports_the_section_and_what_differs(tmp_path, change, what):
+    root = make_tree(tmp_path)
+    de = root / "docs" / "de" / "page.md"
+    de.write_text(change(de.read_text(encoding="utf-8")), encoding="utf-8")
+    errors = check_parity(root)
+    assert errors and all(e.startswith("docs/de/page.md (de) #") for e in errors), errors
+    assert any(what in e for e in errors), errors
+
+
+def test_notebook_cells_are_one_page_for_parity(tmp_path):
+    root = make_tree(tmp_path)
+    for lang, cells in (
+        ("en", ["# T { #t }\n\nA.", "## S { #s }\n\nB.\n\nC."]),
+        ("zh", ["# T { #t }\n\nA。", "## S { #s }\n\nB。C。"]),
+    ):
+        nb = {"cells": [{"cell_type": "markdown", "source": c} for c in cells]}
+        (root / "docs" / lang / "nb.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    errors = check_parity(root)
+    assert errors == ["docs/zh/nb.ipynb (zh) #s: paragraphs 1, docs/en/nb.ipynb has 2"], errors
+
+
+@pytest.mark.parametrize(
+    "lang, text, bad",
+    [
+        ("fr", "La carte : 12 Go.", True),
+        ("fr", "La carte\u00a0: 12\u00a0Go.", False),
+        ("fr", "« bonjour »", True),
+        ("fr", "«\u202fbonjour\u202f»", False),
+        ("fr", "Vraiment ?", True),
+        ("fr", "un vocabulaire de 50304 entrées", True),
+        ("fr", "un vocabulaire de 50\u202f304 entrées, block 1024", False),
+        ("de", "6,14 GiB", True),
+        ("de", "6,14\u00a0GiB und 50.304 Einträge", False),
+        ("ja", "ロジットの 4× です", True),
+        ("ja", "ロジットの 4\u00a0倍、64 × 1024 トークン", False),
+        ("zh", "是 logits 的 4×。", True),
+        ("en", "GPT-2's 50257 entries", True),
+        ("en", "GPT-2's 50,257 entries on an RTX 4070", False),
+    ],
+)
+def test_typography_rules(lang, text, bad):
+    assert bool(check_typography_text(text, lang)) is bad, check_typography_text(text, lang)
+
+
+def test_article_text_leaves_code_out():
+    page = "<html><body><nav>x : y</nav><article><p>Le <code>a : b</code> texte\u00a0:</p><pre>c ; d</pre></article></body></html>"
+    assert article_text(page) == "Le  texte\u00a0:"
+    assert check_typography_text(article_text(page), "fr") == []
