@@ -198,7 +198,7 @@ def engine_features() -> dict[str, bool]:
         "meta_vocab": _accepts(config_module.load_config, "find_files"),
         "dropout_kernels": hasattr(memory, "ATTENTION_BACKENDS") or hasattr(memory, "attention_backend"),
         "compile": _accepts(predict, "compiled"),
-        "ddp": _accepts(predict, "world_size"),
+        "ddp": hasattr(_distributed(), "Parallel"),
         "architecture": False,
         "outside_this_run": False,
         "short_message": _explain_reads("Tried to allocate 8.00 GiB. GPU has 79.19 GiB total, 6.68 GiB free"),
@@ -260,6 +260,22 @@ def _engine_digest() -> str:
     return h.hexdigest()[:16]
 
 
+def _distributed():
+    try:
+        return importlib.import_module("oomguide.memory.distributed")
+    except ImportError:
+        return None
+
+
+def _predict_for(world_size: int):
+    """(predict function, its Parallel argument or None): one rank of a DDP run when the engine
+    models it (train.py divides ``gradient_accumulation_steps`` by the world size), else one GPU."""
+    dist = _distributed()
+    if world_size > 1 and dist is not None and hasattr(dist, "Parallel"):
+        return dist.predict, dist.Parallel(world_size=world_size)
+    return memory.predict, None
+
+
 @dataclass
 class Prediction:
     check: str
@@ -290,14 +306,19 @@ class Predictor:
         self, config, check: str, gpu_memory: int, world_size: int = 1, own_card: bool = False
     ) -> Prediction:
         phase, state = (getattr(memory, "CHECKS", None) or _CHECKS)[check]
+        predict, parallel = _predict_for(world_size)
         kwargs = {"state": state}
-        if _accepts(memory.predict, "compiled"):
+        if _accepts(predict, "compiled"):
             kwargs["compiled"] = bool(config.values.get("compile", False))
-        if world_size > 1 and _accepts(memory.predict, "world_size"):
-            kwargs["world_size"] = world_size
         key = hashlib.sha256(
             json.dumps(
-                [self.digest, sorted(config.values.items(), key=str), check, sorted(kwargs.items())],
+                [
+                    self.digest,
+                    sorted(config.values.items(), key=str),
+                    check,
+                    world_size,
+                    sorted(kwargs.items()),
+                ],
                 default=str,
             ).encode()
         ).hexdigest()[:24]
@@ -316,7 +337,10 @@ class Predictor:
                 failing_allocation=None,
                 allocated_at_failure_bytes=None,
             )
-        result = memory.predict(config, phase, gpu_memory, **kwargs)
+        if parallel is None:
+            result = predict(config, phase, gpu_memory, **kwargs)
+        else:
+            result = predict(config, phase, gpu_memory, parallel, **kwargs)
         self.computed += 1
         known[gpu_memory] = Prediction(
             check=check,
@@ -397,7 +421,7 @@ def replay(case: Case, predictor: Predictor | None = None, features: dict | None
         features=features,
     )
     if case.world_size > 1 and not features.get("ddp"):
-        verdict.notes.append(f"predicted for one rank of {case.world_size}, without DDP's buckets")
+        verdict.notes.append(f"predicted for one GPU of {case.world_size}, without DDP's buckets")
     if case.message is not None:
         verdict.explain = _explain(case, config, verdict)
     return verdict

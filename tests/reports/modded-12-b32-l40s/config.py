@@ -8,5 +8,6 @@ n_head = 6  # inferred: the October 2024 model (case.toml)
 n_embd = 768
 dtype = 'bfloat16'
 compile = True
-# 8 * 64 sequences over 8 GPUs of 32: accumulation steps per rank
-gradient_accumulation_steps = 2
+# 8 * 64 sequences per step over 8 GPUs of 32, written as nanoGPT's global count
+# (train.py divides it by the world size)
+gradient_accumulation_steps = 16

@@ -9,4 +9,4 @@ n_embd = 1280
 vocab_size = 65536
 dtype = 'bfloat16'
 compile = True
-gradient_accumulation_steps = 2  # the same total batch with half the device batch
+gradient_accumulation_steps = 16  # the same total batch with half the device batch: two micro-steps per rank

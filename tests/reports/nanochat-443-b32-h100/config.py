@@ -9,4 +9,4 @@ n_embd = 1280
 vocab_size = 65536
 dtype = 'bfloat16'
 compile = True
-gradient_accumulation_steps = 1  # inferred: speedrun.sh's total batch (case.toml)
+gradient_accumulation_steps = 8  # inferred: speedrun.sh's total batch, one micro-step per rank (case.toml)
