@@ -7,6 +7,7 @@ fit; 2 bad input (one line on stderr naming the problem, never a traceback).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import warnings
@@ -65,6 +66,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
         "units GiB, GB, MiB, MB",
     )
+    check.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes (GPUs) that train together, as torchrun's --nproc_per_node; the figures are per rank",
+    )
+    check.add_argument(
+        "--strategy",
+        metavar="ddp|fsdp",
+        help="how the processes share the work: ddp (nanoGPT's train.py, the default with N > 1) "
+        "or fsdp (FSDP2's fully_shard on each Block and the model)",
+    )
+    check.add_argument(
+        "--gradient-as-bucket-view",
+        action="store_true",
+        help="DDP built with gradient_as_bucket_view=True: gradients are views into its buckets",
+    )
     check.add_argument("--phase", choices=memory.PHASES, action="append", help="only this phase (repeatable)")
     check.add_argument("--no-search", action="store_true", help="skip the search for the largest batch_size")
     check.add_argument("--json", action="store_true", help="print one JSON object")
@@ -100,6 +119,7 @@ def run_check(args) -> int:
     overrides = []
     for item in args.set:
         overrides.append(item)
+    parallel = _parallel(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         config = load_config(args.configs, overrides)
@@ -117,16 +137,28 @@ def run_check(args) -> int:
         "warnings": notes,
         "phases": {},
     }
+    predictor = memory.predict
+    if not parallel.single:
+        from .memory import distributed
+
+        out.update(distributed.describe(config, parallel, source))
+        predictor = functools.partial(distributed.predict, parallel=parallel)
     quiet = args.json or not sys.stderr.isatty()
     for phase in phases:
         known: dict = {}
-        result = memory.predict(config, phase, args.gpu_memory, source=source)
+        result = predictor(config, phase, args.gpu_memory, source=source)
         known[config.batch_size] = result
         entry = result.to_json()
         if not args.no_search:
             report = _progress(phase, quiet)
             entry["max_batch_size"] = memory.max_batch_size(
-                config, phase, args.gpu_memory, source=source, known=known, progress=report
+                config,
+                phase,
+                args.gpu_memory,
+                source=source,
+                known=known,
+                progress=report,
+                predictor=predictor,
             )
             if not quiet:
                 print(file=sys.stderr)
@@ -139,12 +171,39 @@ def run_check(args) -> int:
     return EXIT_FITS if fits else EXIT_DOES_NOT_FIT
 
 
+def _parallel(args):
+    """--nproc-per-node and --strategy, checked (a ValueError is the one line the user sees)."""
+    from .memory.distributed import Parallel
+
+    if args.nproc_per_node <= 0:
+        raise BadInput(f"--nproc-per-node must be 1 or more, got {args.nproc_per_node}")
+    if args.strategy is not None and args.nproc_per_node == 1:
+        raise BadInput(f"--strategy {args.strategy} needs several processes: add --nproc-per-node N (N > 1)")
+    parallel = Parallel(args.nproc_per_node, args.strategy, args.gradient_as_bucket_view)
+    if args.gradient_as_bucket_view and parallel.strategy != "ddp":
+        raise BadInput("--gradient-as-bucket-view is a DDP setting: use it with --strategy ddp")
+    return parallel
+
+
 def _print_check(out: dict, config) -> None:
     fmt = memory.fmt_bytes
     print(
         f"card: {fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
         f"({fmt(out['context_bytes'])} set aside for the CUDA context)"
+        + (" per GPU" if out.get("world_size", 1) > 1 else "")
     )
+    if out.get("world_size", 1) > 1:
+        print(
+            f"{out['world_size']} processes ({out['strategy']}), figures per rank: "
+            f"gradient_accumulation_steps {config.gradient_accumulation_steps} -> "
+            f"{out['gradient_accumulation_steps_per_rank']} per rank, {out['tokens_per_iter']:,} tokens per iteration"
+            + (
+                f"; DDP's gradient buckets {fmt(out['ddp_bucket_bytes'])}"
+                + (" (the gradients are views into them)" if out["gradient_as_bucket_view"] else "")
+                if out["strategy"] == "ddp"
+                else ""
+            )
+        )
     print(
         f"config: batch_size={config.batch_size} block_size={config.block_size} dtype={config.dtype} "
         f"n_layer={config.n_layer} n_head={config.n_head} n_embd={config.n_embd} "

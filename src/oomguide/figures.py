@@ -132,3 +132,36 @@ def render(text: str, page: str, lang: str, store: dict | None = None) -> str:
 def placeholders(text: str, page: str) -> list[tuple[str, str]]:
     """The (page, key) of every figure a page's text uses, in order."""
     return [(m.group("page") or page, m.group("key")) for m in PLACEHOLDER.finditer(text)]
+
+
+# --- charts -------------------------------------------------------------------------------------
+
+# A chart in Japanese or Chinese needs a font with that script; Noto Sans CJK (Debian's
+# fonts-noto-cjk) has both, with each language's glyph forms. Latin scripts keep matplotlib's default.
+CHART_FONTS = {"ja": "Noto Sans CJK JP", "zh": "Noto Sans CJK SC"}
+
+
+def chart_style(lang: str) -> dict:
+    """matplotlib settings (``plt.rcParams.update(...)``) for a chart whose text is in `lang`."""
+    if lang not in LANGS:
+        raise FigureError(f"unknown language {lang!r}")
+    fonts = [CHART_FONTS[lang], "DejaVu Sans"] if lang in CHART_FONTS else ["DejaVu Sans"]
+    return {"font.family": "sans-serif", "font.sans-serif": fonts}
+
+
+def tick_format(lang: str):
+    """A matplotlib tick formatter that writes numbers as `lang` does (2,5 in German and French)."""
+    from matplotlib.ticker import FuncFormatter
+
+    if lang not in LANGS:
+        raise FigureError(f"unknown language {lang!r}")
+
+    def fmt(value: float, _position=None) -> str:
+        text = f"{value:.10g}"
+        whole, _, frac = text.lstrip("-").partition(".")
+        if not whole.isdigit():  # 1e+20 and the like: leave as matplotlib would print it
+            return text
+        number = _number(float(text), len(frac), lang)
+        return number
+
+    return FuncFormatter(fmt)

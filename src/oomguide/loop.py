@@ -122,7 +122,9 @@ def train_step(state: TrainState, get_batch, gradient_accumulation_steps: int, g
     if state.X is None:
         state.X, state.Y = get_batch("train")
     loss = None
-    for _ in range(gradient_accumulation_steps):
+    for micro_step in range(gradient_accumulation_steps):
+        if hasattr(model, "require_backward_grad_sync"):  # DDP: sync gradients in the last micro-step only
+            model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
         with state.ctx:
             # the previous state.logits stays referenced until this call returns, as in train.py
             state.logits, loss = model(state.X, state.Y)

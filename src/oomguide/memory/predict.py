@@ -207,19 +207,22 @@ def max_batch_size(
     progress=None,
     known: dict[int, PhaseResult] | None = None,
     context_bytes: int = CONTEXT_BYTES,
+    predictor=None,
 ) -> int:
     """The largest batch_size whose predicted `phase` fits `gpu_memory` (0 if not even 1 fits).
 
     The peak is close to linear in the batch size, so two predictions give a first guess, and a
     few more settle it exactly. `known` caches predictions by batch size (shared with the caller).
-    `progress(done, total_guess)` is called after each prediction.
+    `progress(done, total_guess)` is called after each prediction. `predictor`: a function like
+    ``predict`` (default), e.g. ``distributed.predict`` with its ``parallel`` bound.
     """
+    predictor = predictor or predict
     known = {} if known is None else known
     calls = [0]
 
     def fits(b: int) -> bool:
         if b not in known:
-            known[b] = predict(
+            known[b] = predictor(
                 config, phase, gpu_memory, batch_size=b, source=source, context_bytes=context_bytes
             )
             calls[0] += 1

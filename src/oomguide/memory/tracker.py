@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 from .cuda_model import block_size
@@ -62,22 +62,68 @@ class AllocationTracker(TorchDispatchMode):
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
-        for t in tensors:
-            if isinstance(t, torch.Tensor):
-                key = self._add(t, tag)
-                if tag == "weights" and key is not None:
-                    self.weight_keys.add(key)
+        for t in _plain(tensors):
+            key = self._add(t, tag)
+            if tag == "weights" and key is not None:
+                self.weight_keys.add(key)
 
     def _add(self, t: torch.Tensor, tag: str):
         storage = t.untyped_storage()
         ref = StorageWeakRef(storage)
         entry = self.live.get(ref.cdata)
-        if entry is not None and not entry.ref.expired():
-            return None
+        if entry is not None:
+            if not entry.ref.expired():
+                return None
+            self.current -= self.live.pop(ref.cdata).nbytes  # a dead storage's address, reused
         nbytes = block_size(storage.nbytes()) if storage.nbytes() else 0
         self.live[ref.cdata] = _Live(ref, nbytes, tag)
         self.current += nbytes
         return ref.cdata
+
+    def __enter__(self):
+        # FSDP2 frees and re-allocates its gathered parameters with UntypedStorage.resize_, which no
+        # dispatch mode sees: follow it while tracking, as torch's MemTracker does
+        self._resize = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(storage, size):
+            out = tracker._resize(storage, size)
+            tracker._resized(storage)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.UntypedStorage.resize_ = self._resize
+        return super().__exit__(*exc)
+
+    def _resized(self, storage) -> None:
+        entry = self.live.get(StorageWeakRef(storage).cdata)
+        if entry is None or entry.ref.expired():
+            return
+        nbytes = block_size(storage.nbytes()) if storage.nbytes() else 0
+        grown = nbytes - entry.nbytes
+        if grown > 0 and self._may_cross(grown):
+            self._sweep()
+        if (
+            grown > 0
+            and self.budget is not None
+            and self.failing is None
+            and self.current + grown > self.budget
+        ):
+            self.failing = Allocation(grown, "resize_", (storage.nbytes(),), "bytes")
+            self.allocated_at_failure = self.current
+        entry.nbytes = nbytes
+        self.current += grown
+        if self.current > self.peak:
+            self._record_peak()
+
+    def _may_cross(self, nbytes: int) -> bool:
+        """Could `nbytes` more make a new peak or cross the budget? (``current`` may still count the dead.)"""
+        if self.current + nbytes > self.peak:
+            return True
+        return self.budget is not None and self.failing is None and self.current + nbytes > self.budget
 
     def _sweep(self) -> None:
         dead = [k for k, e in self.live.items() if e.ref.expired()]
@@ -88,9 +134,9 @@ class AllocationTracker(TorchDispatchMode):
         if self.tag_new:
             return self.tag_new
         if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
-            source = StorageWeakRef(args[0].untyped_storage()).cdata
-            if source in self.weight_keys:
-                return "weights"  # autocast's low-precision copy of a weight
+            for source in _plain([args[0]]):
+                if StorageWeakRef(source.untyped_storage()).cdata in self.weight_keys:
+                    return "weights"  # autocast's low-precision copy of a weight
         if (
             self.vocab_size
             and t.dim() >= 2
@@ -102,18 +148,15 @@ class AllocationTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        swept = False
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor):
-                continue
+        for t in _plain(tree_flatten(out)[0]):
             storage = t.untyped_storage()
             entry = self.live.get(StorageWeakRef(storage).cdata)
             if entry is not None and not entry.ref.expired():
                 continue  # a view, or an in-place result
-            if not swept:
-                self._sweep()  # frees happen between ops: settle them before counting the new block
-                swept = True
             nbytes = block_size(storage.nbytes())
+            if self._may_cross(nbytes):
+                # frees happen between ops and are counted lazily: settle them before deciding
+                self._sweep()
             alloc = Allocation(
                 nbytes, str(func.overloadpacket.__name__), tuple(t.shape), str(t.dtype).replace("torch.", "")
             )
@@ -131,11 +174,25 @@ class AllocationTracker(TorchDispatchMode):
         self.peak = self.current
         self.peak_live = [(k, e.nbytes, e.tag) for k, e in self.live.items()]
         self.peak_grad_keys = {
-            StorageWeakRef(p.grad.untyped_storage()).cdata for p in self.grads_of if p.grad is not None
+            StorageWeakRef(g.untyped_storage()).cdata
+            for g in _plain(p.grad for p in self.grads_of if p.grad is not None)
         }
 
     def breakdown(self) -> dict[str, int]:
         out = dict.fromkeys(CATEGORIES, 0)
         for key, nbytes, tag in self.peak_live:
-            out["gradients" if key in self.peak_grad_keys else tag] += nbytes
+            name = "gradients" if key in self.peak_grad_keys else tag
+            out[name] = out.get(name, 0) + nbytes  # a strategy may add its own (ddp_buckets)
         return out
+
+
+def _plain(tensors):
+    """The tensors that own storage: a DTensor (FSDP2's sharded parameter) stands for its local shard."""
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if is_traceable_wrapper_subclass(t):
+            names, _ = t.__tensor_flatten__()
+            yield from _plain(getattr(t, n) for n in names)
+        else:
+            yield t

@@ -1,0 +1,420 @@
+"""Several GPUs: the per-rank memory of nanoGPT under DDP and under FSDP2 (FACTS 7, 26).
+
+Every rank runs the same code on its own batch, so one rank's peak is the answer.
+
+- **DDP**, as nanoGPT's train.py runs it: each rank holds the whole model, gradients and AdamW
+  state, ``gradient_accumulation_steps`` is divided by the world size, and DDP's reducer keeps
+  gradient buckets: flat tensors as large as every gradient together, allocated when the model
+  is wrapped and alive from then on. With ``gradient_as_bucket_view=True`` the gradients are views
+  into the buckets instead of tensors of their own. The reducer cannot run on fake tensors, so it
+  is modelled here: its buckets are laid out by DDP's own bucketing function, registered with the
+  tracker, and (views) a hook after each gradient's accumulation does what the reducer does.
+- **FSDP2** runs for real: the model is built on the meta device, ``fully_shard`` wraps each Block
+  and then the model (mixed precision: parameters gathered in the autocast dtype, gradients reduced
+  in float32), with the fake process group standing for the other ranks; ``to_empty`` inside
+  ``FakeTensorMode(allow_non_fake_inputs=True)`` gives it fake CPU storage. The train step and
+  ``estimate_loss`` then run as on one GPU, watched by the same tracker; a DTensor counts as its
+  local shard.
+
+Never imports torch.cuda and never needs a GPU.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .. import loop
+from ..config import ConfigError, TrainConfig
+from .cuda_model import block_size, cuda_autocast_context, segment_size
+from .models import ModelSource
+from .predict import PHASES, PhaseResult, _run_phase
+from .tracker import AllocationTracker
+from .units import CONTEXT_BYTES, usable_bytes
+
+STRATEGIES = ("ddp", "fsdp")
+# DDP's defaults: a small first bucket (so the first all-reduce starts early), then 25 MiB buckets
+FIRST_BUCKET_BYTES = 1024 * 1024
+BUCKET_CAP_BYTES = 25 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How many processes train, and how: ``torchrun --nproc_per_node=world_size`` with `strategy`."""
+
+    world_size: int = 1
+    strategy: str | None = None  # None: DDP when world_size > 1, as nanoGPT does
+    gradient_as_bucket_view: bool = False  # DDP only
+
+    def __post_init__(self):
+        if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size <= 0:
+            raise ValueError(
+                f"the number of processes must be a whole number above zero, got {self.world_size!r}"
+            )
+        if self.strategy is not None and self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r} (known: {', '.join(STRATEGIES)})")
+        if self.strategy is not None and self.world_size == 1:
+            raise ValueError(
+                f"strategy {self.strategy!r} needs more than one process (--nproc-per-node 2 or more)"
+            )
+        if self.strategy is None and self.world_size > 1:
+            object.__setattr__(self, "strategy", "ddp")
+
+    @property
+    def single(self) -> bool:
+        return self.world_size == 1
+
+
+def per_rank_config(config: TrainConfig, parallel: Parallel) -> TrainConfig:
+    """train.py under torchrun: each rank does ``gradient_accumulation_steps // world_size`` micro-steps."""
+    if parallel.single:
+        return config
+    gas = config.gradient_accumulation_steps
+    if gas % parallel.world_size:
+        raise ConfigError(
+            f"gradient_accumulation_steps={gas} is not divisible by {parallel.world_size} processes "
+            "(nanoGPT's train.py asserts that it is)"
+        )
+    return config.replace(gradient_accumulation_steps=gas // parallel.world_size)
+
+
+def tokens_per_iter(config: TrainConfig, parallel: Parallel) -> int:
+    """train.py's ``tokens_per_iter``: micro-steps per rank x ranks x batch_size x block_size."""
+    rank = per_rank_config(config, parallel)
+    return rank.gradient_accumulation_steps * parallel.world_size * config.batch_size * config.block_size
+
+
+# --- DDP ------------------------------------------------------------------------------------
+
+
+def bucket_layout(
+    model: torch.nn.Module, bucket_cap_bytes: int = BUCKET_CAP_BYTES
+) -> list[list[torch.Tensor]]:
+    """The parameters of each of DDP's gradient buckets.
+
+    DDP takes the parameters that need a gradient (a shared one once). It starts with one bucket
+    for all of them and, after the first iteration, rebuilds them in the order the gradients became
+    ready, cut by its own function: the first up to 1 MiB, the others up to the cap. Here the order
+    is the reverse parameter order (DDP's own approximation); either way the buckets together hold
+    a copy of every gradient, and only the allocator's 512-byte rounding depends on the cut.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    indices, _ = dist._compute_bucket_assignment_by_size(
+        list(reversed(params)), [FIRST_BUCKET_BYTES, bucket_cap_bytes], [False] * len(params)
+    )
+    ordered = list(reversed(params))
+    return [[ordered[i] for i in bucket] for bucket in indices]
+
+
+def bucket_bytes(model: torch.nn.Module, bucket_cap_bytes: int = BUCKET_CAP_BYTES) -> list[int]:
+    """Bytes of each gradient bucket, as DDP's logging data reports them (``bucket_sizes``)."""
+    return [
+        sum(p.numel() * p.element_size() for p in bucket) for bucket in bucket_layout(model, bucket_cap_bytes)
+    ]
+
+
+def _ddp_buckets(model, tracker: AllocationTracker, as_view: bool, micro_steps: int) -> list[torch.Tensor]:
+    """Allocate the reducer's buckets (registered as ``ddp_buckets``) and, for views, alias the gradients.
+
+    nanoGPT syncs gradients only in the last of its `micro_steps` (``require_backward_grad_sync``);
+    in the others the reducer is idle and the gradients are tensors of their own, even with
+    ``gradient_as_bucket_view=True``. In the syncing micro-step the reducer copies each gradient into
+    its bucket as autograd finishes it and, for views, makes the bucket slice the gradient.
+    The train step runs at most two micro-steps (``_run_phase``): the second stands for a middle
+    one (no sync) when there are more than two, since the last one's peak is never higher.
+    """
+    buckets = []
+    forwards = [0]
+
+    def syncing() -> bool:
+        return micro_steps <= 2 and forwards[0] == min(micro_steps, 2)
+
+    model.register_forward_pre_hook(lambda module, args: forwards.__setitem__(0, forwards[0] + 1))
+    for params in bucket_layout(model):
+        flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+        buckets.append(flat)
+        if not as_view:
+            continue  # the copy into the bucket allocates nothing
+        offset = 0
+        for p in params:
+            view = flat[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+
+            def to_bucket(param, view=view):
+                if syncing() and param.grad is not None and param.grad.data_ptr() != view.data_ptr():
+                    view.copy_(param.grad)
+                    param.grad = view
+
+            p.register_post_accumulate_grad_hook(to_bucket)
+    tracker.register(buckets, "ddp_buckets")
+    return buckets
+
+
+# --- FSDP2 ----------------------------------------------------------------------------------
+
+
+def _fake_mesh(world_size: int):
+    """A device mesh of `world_size` ranks over the fake process group; this process is rank 0."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        if dist.get_backend() != "fake":
+            raise RuntimeError("a real process group is initialised: predict in a process of its own")
+        if dist.get_world_size() != world_size:
+            dist.destroy_process_group()
+    if not dist.is_initialized():
+        dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+    return init_device_mesh("cpu", (world_size,))
+
+
+def blocks_of(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """nanoGPT's transformer Blocks (``model.transformer.h``), each one FSDP unit."""
+    try:
+        return list(model.transformer.h)
+    except AttributeError:
+        return [m for m in model.modules() if type(m).__name__ == "Block"]
+
+
+def shard(model: torch.nn.Module, mesh, dtype: str) -> torch.nn.Module:
+    """``fully_shard`` each Block, then the model; parameters gathered in the autocast dtype."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=loop.PTDTYPE[dtype], reduce_dtype=torch.float32)
+    for block in blocks_of(model):
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+class _ShardAdamW:
+    """nanoGPT's AdamW over FSDP2's parameters, stepped on their local shards.
+
+    A step over DTensor parameters runs the same kernels on the local shards; stepping the shards
+    directly allocates the same state and temporaries, without DTensor's per-op dispatch, which
+    would dominate the prediction's time.
+    """
+
+    def __init__(self, model, config):
+        self.pairs = [(p, p.to_local().detach()) for p in model.parameters() if p.requires_grad]
+        shards = [local for _, local in self.pairs]
+        groups = [
+            {"params": [s for (p, s) in self.pairs if p.dim() >= 2], "weight_decay": config.weight_decay},
+            {"params": [s for (p, s) in self.pairs if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        assert sum(len(g["params"]) for g in groups) == len(shards)
+        self.optimizer = torch.optim.AdamW(
+            groups, lr=config.learning_rate, betas=(config.beta1, config.beta2), fused=True
+        )
+        self.param_groups = self.optimizer.param_groups
+        self.state = self.optimizer.state
+
+    def step(self):
+        for p, local in self.pairs:
+            local.grad = None if p.grad is None else p.grad.to_local().detach()
+        self.optimizer.step()
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p, local in self.pairs:
+            p.grad = None
+            local.grad = None
+
+
+def _run_fsdp_phase(model, config, phase, tracker, state, ctx, batch_size, eval_iters, stale_logits):
+    """``_run_phase`` for a sharded model: nanoGPT's state before `phase`, then the phase, tracked.
+
+    The train step runs one micro-step, with the gradients of the earlier micro-steps already in
+    place when there are any: that is every later micro-step of train.py's loop (reduce-scattered
+    gradients from before, the last logits alive), whose peak is the step's, followed by clipping
+    and the optimizer step.
+    """
+    from .predict import _fake_batch
+
+    vocab = tracker.vocab_size
+    block = min(config.block_size, model.config.block_size if hasattr(model, "config") else config.block_size)
+    params = [p for p in model.parameters()]
+    tracker.grads_of = params
+    tracker.register(params, "weights")
+    tracker.register(model.buffers(), "weights")
+    optimizer = _ShardAdamW(model, config)
+    train_state = loop.TrainState(model, optimizer, loop.make_scaler(config.dtype, "cpu"), ctx)
+    if state == "training":
+        for _, local in optimizer.pairs:
+            local.grad = torch.zeros_like(local)
+        optimizer.optimizer.step()
+        optimizer.zero_grad()
+        tracker.register([t for s in optimizer.state.values() for t in s.values()], "optimizer_state")
+        if stale_logits:
+            train_state.logits = torch.empty(
+                config.batch_size, block, vocab, dtype=loop.PTDTYPE[config.dtype]
+            )
+            tracker.register([train_state.logits], "logits_and_loss")
+    if phase == "train_step":
+        if config.gradient_accumulation_steps > 1:
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            tracker.register([p.grad for p in params], "gradients")
+
+        def get_batch(split):
+            return _fake_batch(batch_size, block, vocab)
+
+        train_state.X, train_state.Y = get_batch("train")
+        tracker.register([train_state.X, train_state.Y], "activations")
+        original = optimizer.optimizer.step
+
+        def step(*a, **k):
+            tracker.tag_new = "optimizer_state"
+            try:
+                return original(*a, **k)
+            finally:
+                tracker.tag_new = None
+
+        optimizer.optimizer.step = step
+        with tracker:
+            loop.train_step(train_state, get_batch, 1, config.grad_clip)
+    else:
+        eval_block = min(config.eval_block, block)
+
+        def get_batch(split):
+            return _fake_batch(batch_size, eval_block, vocab)
+
+        with tracker:
+            if config.eval_batch_size and config.eval_batch_size < batch_size:
+                loop.estimate_loss_batched(model, get_batch, eval_iters, ctx, config.eval_batch_size)
+            else:
+                loop.estimate_loss(model, get_batch, eval_iters, ctx)
+
+
+# --- the prediction -------------------------------------------------------------------------
+
+
+def predict(
+    config: TrainConfig,
+    phase: str,
+    gpu_memory: int | None,
+    parallel: Parallel,
+    *,
+    batch_size: int | None = None,
+    source: ModelSource | None = None,
+    state: str = "training",
+    context_bytes: int = CONTEXT_BYTES,
+    seed: int = 0,
+    eval_iters: int = 1,
+    stale_logits: bool = True,
+    fake: bool = True,
+) -> PhaseResult:
+    """One rank's peak of `phase` when `parallel.world_size` processes train with `parallel.strategy`.
+
+    Same arguments and result as ``memory.predict``; the breakdown adds ``ddp_buckets`` under DDP.
+    ``fake=False`` runs on real CPU tensors (FSDP2: in the real process group the caller set up),
+    to check the prediction against a real run.
+    """
+    if parallel.single:
+        from .predict import predict as predict_single
+
+        return predict_single(
+            config,
+            phase,
+            gpu_memory,
+            batch_size=batch_size,
+            source=source,
+            state=state,
+            context_bytes=context_bytes,
+            seed=seed,
+            eval_iters=eval_iters,
+            stale_logits=stale_logits,
+        )
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
+    source = source or ModelSource()
+    config = per_rank_config(config, parallel)
+    batch = batch_size or config.batch_size
+    run_config = config if batch_size is None else config.replace(batch_size=batch)
+    budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
+    gpt_config = run_config.gpt_config()
+    tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
+    ctx = cuda_autocast_context(config.dtype)
+    torch.manual_seed(seed)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if parallel.strategy == "fsdp":
+            if fake:
+                mesh = _fake_mesh(parallel.world_size)
+            else:
+                from torch.distributed.device_mesh import init_device_mesh
+
+                mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+            with torch.device("meta"):
+                model = source.build(gpt_config)
+            shard(model, mesh, config.dtype)
+            mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else _nothing()
+            with mode:
+                model.to_empty(device="cpu")
+                model.train()
+                _run_fsdp_phase(
+                    model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits
+                )
+        else:
+            with FakeTensorMode(allow_non_fake_inputs=False) if fake else _nothing():
+                model = source.build(gpt_config)
+                model.train()
+                buckets = _ddp_buckets(  # alive as long as DDP is
+                    model, tracker, parallel.gradient_as_bucket_view, run_config.gradient_accumulation_steps
+                )
+                _run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
+                del buckets
+    result = PhaseResult(
+        phase=phase,
+        mode="predicted",
+        batch_size=batch,
+        peak_bytes=tracker.peak,
+        largest_allocation_bytes=tracker.largest.nbytes,
+        largest_allocation=tracker.largest.describe(),
+        breakdown=tracker.breakdown(),
+        budget_bytes=budget,
+    )
+    if budget is not None:
+        result.fits = tracker.failing is None
+        if tracker.failing is not None:
+            result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
+            result.failing_allocation = tracker.failing.describe()
+            result.allocated_at_failure_bytes = tracker.allocated_at_failure
+    return result
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def modelled_bucket_bytes(config: TrainConfig, source: ModelSource | None = None) -> int:
+    """The bytes the allocator books for DDP's buckets of `config`'s model (each bucket rounded up to 512)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    source = source or ModelSource()
+    with FakeTensorMode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = source.build(config.gpt_config())
+        return sum(block_size(n) for n in bucket_bytes(model))
+
+
+def describe(config: TrainConfig, parallel: Parallel, source: ModelSource | None = None) -> dict:
+    """What ``oomguide check`` reports about the processes besides each phase's peak."""
+    out = {
+        "world_size": parallel.world_size,
+        "strategy": parallel.strategy,
+        "gradient_as_bucket_view": parallel.gradient_as_bucket_view,
+        "gradient_accumulation_steps_per_rank": per_rank_config(config, parallel).gradient_accumulation_steps,
+        "tokens_per_iter": tokens_per_iter(config, parallel),
+    }
+    if parallel.strategy == "ddp":
+        out["ddp_bucket_bytes"] = modelled_bucket_bytes(config, source)
+    return out
