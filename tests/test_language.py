@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from oomguide import figures
 from test_site import (
     ADMONITION,
     COMMENT,
@@ -302,6 +303,7 @@ def article_text(html_text: str) -> str:
 
 RULES: dict[str, list[tuple[re.Pattern, str]]] = {
     "fr": [
+        (re.compile(r"\d×(?!\d)"), "ratio written with ×: {m!r} (write fois)"),
         (re.compile(r"(?<=[^\s\u00a0\u202f(])[:;!?](?=\s|$)"), "no no-break space before {m!r}"),
         (re.compile(r" [:;!?](?=\s|$)"), "a breakable space before {m!r} (use U+00A0 or U+202F)"),
         (re.compile(r"«(?![\u00a0\u202f])"), "« without a no-break space after it"),
@@ -310,6 +312,7 @@ RULES: dict[str, list[tuple[re.Pattern, str]]] = {
         (re.compile(r"(?<![\d.,\u202f\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
     ],
     "de": [
+        (re.compile(r"\d×(?!\d)"), "ratio written with ×: {m!r} (write -mal)"),
         (re.compile(rf"\d[ \t]?{UNITS}(?!\w)"), "number and unit not joined by a no-break space: {m!r}"),
         (re.compile(r"(?<![\d.,\u202f\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
     ],
@@ -485,12 +488,49 @@ def test_notebook_cells_are_one_page_for_parity(tmp_path):
         ("ja", "ロジットの 4× です", True),
         ("ja", "ロジットの 4\u00a0倍、64 × 1024 トークン", False),
         ("zh", "是 logits 的 4×。", True),
+        ("de", "dauerte 1,26× so lange", True),
+        ("de", "dauerte 1,26-mal so lange, 64 × 1024 Token", False),
+        ("fr", "a pris 1,26× le temps", True),
         ("en", "GPT-2's 50257 entries", True),
         ("en", "GPT-2's 50,257 entries on an RTX 4070", False),
     ],
 )
 def test_typography_rules(lang, text, bad):
     assert bool(check_typography_text(text, lang)) is bad, check_typography_text(text, lang)
+
+
+@pytest.mark.parametrize(
+    "value, unit, lang, text",
+    [
+        (6.14 * 1024**3, "gib", "en", "6.14 GiB"),
+        (6.14 * 1024**3, "gib", "de", "6,14\u00a0GiB"),
+        (6.14 * 1024**3, "gib", "fr", "6,14\u00a0Gio"),
+        (50304, "int", "en", "50,304"),
+        (50304, "int", "de", "50.304"),
+        (50304, "int", "fr", "50\u202f304"),
+        (1024, "int", "fr", "1024"),
+        (1024, "int", "ja", "1,024"),
+        (4.22, "ratio", "en", "4.22×"),
+        (4.22, "ratio", "ja", "4.22\u00a0倍"),
+        (4.22, "ratio", "zh", "4.22\u00a0倍"),
+        (4.22, "ratio", "de", "4,22-mal"),
+        (4.22, "ratio", "fr", "4,22\u00a0fois"),
+        (0.25, "percent", "fr", "25\u202f%"),
+        (124.37e6, "millions", "de", "124,37\u00a0Mio."),
+    ],
+)
+def test_figures_are_formatted_as_each_language_writes_them(value, unit, lang, text):
+    formatted = figures.format_figure(value, unit, lang)
+    assert formatted == text
+    assert check_typography_text(f"Das sind {formatted} hier.", lang) == [] or lang in ("en", "ja", "zh")
+
+
+def test_figures_inside_code_are_written_as_programs_print_them():
+    store = {"p": {"a": {"value": 6.14 * 1024**3, "unit": "gib"}, "n": {"value": 50304, "unit": "int"}}}
+    text = "`Tried to allocate {{ a }}` : {{ a }}, `vocab_size = {{ n }}`, {{ n }}\n\n```text\n{{ a }}\n```\n"
+    assert figures.render(text, "p", "fr", store) == (
+        "`Tried to allocate 6.14 GiB` : 6,14\u00a0Gio, `vocab_size = 50304`, 50\u202f304\n\n```text\n6.14 GiB\n```\n"
+    )
 
 
 def test_article_text_leaves_code_out():

@@ -51,12 +51,14 @@ def save(store: dict, path: Path = STORE) -> None:
 # - the decimal sign: a comma in German and French;
 # - the space between a number and its unit: a no-break space in German and French (6,14 GiB,
 #   6,14 Gio), so that a line never breaks between them; an ordinary space elsewhere;
-# - ratios: "4.22×" in English, German and French; 倍 in Japanese and Chinese ("4.22 倍").
+# - ratios as each language says them in running text: "4.22×" in English, "4,22-mal" in German,
+#   "4,22 fois" in French, "4.22 倍" in Japanese and Chinese.
 NBSP, NNBSP = "\u00a0", "\u202f"
 THOUSANDS = {"en": ",", "ja": ",", "zh": ",", "de": ".", "fr": NNBSP}
 GROUP_FROM = {"en": 4, "ja": 4, "zh": 4, "de": 5, "fr": 5}
 DECIMAL = {"en": ".", "ja": ".", "zh": ".", "de": ",", "fr": ","}
 UNIT_SPACE = {"en": " ", "ja": " ", "zh": " ", "de": NBSP, "fr": NBSP}
+RATIO = {"en": "×", "ja": NBSP + "倍", "zh": NBSP + "倍", "de": "-mal", "fr": NBSP + "fois"}
 
 
 def _group(int_text: str, sep: str, group_from: int = 4) -> str:
@@ -97,7 +99,7 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
         return number + {"de": NBSP + "Mio.", "fr": NBSP + "millions"}.get(lang, "M")
     if unit == "ratio":
         number = _number(value, 2 if decimals is None else decimals, lang)
-        return number + (NBSP + "倍" if lang in ("ja", "zh") else "×")
+        return number + RATIO[lang]
     if unit == "percent":
         text = _number(value * 100, 0 if decimals is None else decimals, lang)
         return text + (NNBSP + "%" if lang in ("de", "fr") else "%")
@@ -112,9 +114,18 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
     raise FigureError(f"unknown figure unit {unit!r} (known: {', '.join(UNITS)})")
 
 
+# Code in a page: fenced blocks and `code spans`. A figure inside code is written as the program
+# writes it, whatever the page's language: PyTorch prints "Tried to allocate 6.14 GiB" in Paris too.
+_CODE = re.compile(r"^([ \t]*)(`{3,}|~{3,}).*?^\1\2[ \t]*$|(`+)(?:(?!\3).)+?\3", re.S | re.M)
+
+
 def render(text: str, page: str, lang: str, store: dict | None = None) -> str:
-    """Replace every placeholder of `text` (a page `page` in `lang`) with its formatted figure."""
+    """Replace every placeholder of `text` (a page `page` in `lang`) with its formatted figure.
+
+    Inside code (fences, code spans) a figure takes the English form without grouping, as a program
+    prints it; elsewhere the page's language's."""
     store = load() if store is None else store
+    code = [m.span() for m in _CODE.finditer(text)]
 
     def sub(match: re.Match) -> str:
         owner = match.group("page") or page
@@ -124,7 +135,12 @@ def render(text: str, page: str, lang: str, store: dict | None = None) -> str:
             raise FigureError(
                 f"{lang}/{page}: figure {owner}.{key} is not in {STORE.name}; run `pytest examples --update-figures`"
             )
-        return format_figure(entry["value"], entry["unit"], lang, entry.get("decimals"))
+        unit = entry["unit"]
+        if any(start <= match.start() < end for start, end in code):
+            return format_figure(
+                entry["value"], "code" if unit == "int" else unit, "en", entry.get("decimals")
+            )
+        return format_figure(entry["value"], unit, lang, entry.get("decimals"))
 
     return PLACEHOLDER.sub(sub, text)
 

@@ -114,6 +114,7 @@ class TrainState:
     X: torch.Tensor | None = None
     Y: torch.Tensor | None = None
     logits: torch.Tensor | None = None  # FACTS 11: alive while the next forward (or estimate_loss) runs
+    clip_parameters: object = None  # what clip_grad_norm_ sees, if not model.parameters() (a function)
 
 
 def train_step(state: TrainState, get_batch, gradient_accumulation_steps: int, grad_clip: float = 1.0):
@@ -133,7 +134,8 @@ def train_step(state: TrainState, get_batch, gradient_accumulation_steps: int, g
         scaler.scale(loss).backward()
     if grad_clip != 0.0:
         scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        params = state.clip_parameters() if state.clip_parameters else model.parameters()
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.overrides import TorchFunctionMode
 
 from .. import loop
 from ..config import ConfigError, TrainConfig
@@ -212,9 +213,14 @@ class _ShardAdamW:
         self.param_groups = self.optimizer.param_groups
         self.state = self.optimizer.state
 
-    def step(self):
+    def shards(self) -> list[torch.Tensor]:
+        """The local shards, each with its gradient's shard as ``.grad`` (what clipping and the step see)."""
         for p, local in self.pairs:
             local.grad = None if p.grad is None else p.grad.to_local().detach()
+        return [local for _, local in self.pairs]
+
+    def step(self):
+        self.shards()
         self.optimizer.step()
 
     def zero_grad(self, set_to_none: bool = True):
@@ -241,6 +247,8 @@ def _run_fsdp_phase(model, config, phase, tracker, state, ctx, batch_size, eval_
     tracker.register(model.buffers(), "weights")
     optimizer = _ShardAdamW(model, config)
     train_state = loop.TrainState(model, optimizer, loop.make_scaler(config.dtype, "cpu"), ctx)
+    # clip_grad_norm_ over DTensors computes the same norms on the shards, then all-reduces a scalar
+    train_state.clip_parameters = optimizer.shards
     if state == "training":
         for _, local in optimizer.pairs:
             local.grad = torch.zeros_like(local)
@@ -349,7 +357,7 @@ def predict(
                 from torch.distributed.device_mesh import init_device_mesh
 
                 mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-            with torch.device("meta"):
+            with torch.device("meta"), _no_init():
                 model = source.build(gpt_config)
             shard(model, mesh, config.dtype)
             mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else _nothing()
@@ -385,6 +393,20 @@ def predict(
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
     return result
+
+
+class _no_init(TorchFunctionMode):
+    """Skip the in-place initialisers while a model is built on the meta device: a meta tensor has no
+    values, yet PyTorch's meta ``normal_`` is slow enough to take seconds for GPT-2's embeddings."""
+
+    SKIP = {"normal_", "uniform_", "zero_", "fill_", "trunc_normal_", "ones_", "zeros_"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        target = args[0] if args else kwargs.get("tensor")
+        if getattr(func, "__name__", "") in self.SKIP and isinstance(target, torch.Tensor) and target.is_meta:
+            return target
+        return func(*args, **kwargs)
 
 
 class _nothing:

@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_flatten
 from .cuda_model import block_size
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits_and_loss")
+KEPT = ("weights", "optimizer_state", "ddp_buckets")  # registered with these tags: alive throughout
 
 
 @dataclass
@@ -48,7 +49,8 @@ class AllocationTracker(TorchDispatchMode):
         super().__init__()
         self.vocab_size = vocab_size
         self.budget = budget
-        self.live: dict[int, _Live] = {}
+        self.live: dict[int, _Live] = {}  # storages that may die while tracking: swept
+        self.kept: dict[int, _Live] = {}  # registered weights, optimizer state, buckets: never swept
         self.current = 0
         self.peak = 0
         self.peak_live: list[tuple[int, int, str]] = []
@@ -59,24 +61,29 @@ class AllocationTracker(TorchDispatchMode):
         self.grads_of: list[torch.nn.Parameter] = []
         self.weight_keys: set[int] = set()
         self.tag_new = None  # overrides the tag of new storages (e.g. "optimizer_state")
+        self._pending = False  # a peak whose picture is not taken yet
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
         for t in _plain(tensors):
-            key = self._add(t, tag)
+            key = self._add(t, tag, kept=tag in KEPT)
             if tag == "weights" and key is not None:
                 self.weight_keys.add(key)
 
-    def _add(self, t: torch.Tensor, tag: str):
+    def _entry(self, key: int):
+        return self.live.get(key) or self.kept.get(key)
+
+    def _add(self, t: torch.Tensor, tag: str, kept: bool = False):
         storage = t.untyped_storage()
         ref = StorageWeakRef(storage)
-        entry = self.live.get(ref.cdata)
+        entry = self._entry(ref.cdata)
         if entry is not None:
             if not entry.ref.expired():
                 return None
-            self.current -= self.live.pop(ref.cdata).nbytes  # a dead storage's address, reused
+            owner = self.live if ref.cdata in self.live else self.kept
+            self.current -= owner.pop(ref.cdata).nbytes  # a dead storage's address, reused
         nbytes = block_size(storage.nbytes()) if storage.nbytes() else 0
-        self.live[ref.cdata] = _Live(ref, nbytes, tag)
+        (self.kept if kept else self.live)[ref.cdata] = _Live(ref, nbytes, tag)
         self.current += nbytes
         return ref.cdata
 
@@ -96,16 +103,20 @@ class AllocationTracker(TorchDispatchMode):
 
     def __exit__(self, *exc):
         torch.UntypedStorage.resize_ = self._resize
+        if self._pending:
+            self._snapshot()
         return super().__exit__(*exc)
 
     def _resized(self, storage) -> None:
-        entry = self.live.get(StorageWeakRef(storage).cdata)
+        entry = self._entry(StorageWeakRef(storage).cdata)
         if entry is None or entry.ref.expired():
             return
         nbytes = block_size(storage.nbytes()) if storage.nbytes() else 0
         grown = nbytes - entry.nbytes
         if grown > 0 and self._may_cross(grown):
             self._sweep()
+        if grown < 0 and self._pending:
+            self._snapshot()
         if (
             grown > 0
             and self.budget is not None
@@ -127,6 +138,8 @@ class AllocationTracker(TorchDispatchMode):
 
     def _sweep(self) -> None:
         dead = [k for k, e in self.live.items() if e.ref.expired()]
+        if dead and self._pending:
+            self._snapshot()  # the storages still listed were alive at the peak: take its picture now
         for k in dead:
             self.current -= self.live.pop(k).nbytes
 
@@ -150,7 +163,7 @@ class AllocationTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for t in _plain(tree_flatten(out)[0]):
             storage = t.untyped_storage()
-            entry = self.live.get(StorageWeakRef(storage).cdata)
+            entry = self._entry(StorageWeakRef(storage).cdata)
             if entry is not None and not entry.ref.expired():
                 continue  # a view, or an in-place result
             nbytes = block_size(storage.nbytes())
@@ -171,14 +184,26 @@ class AllocationTracker(TorchDispatchMode):
         return out
 
     def _record_peak(self) -> None:
+        """A new peak. Its picture (what was alive, which were gradients) is taken lazily: until the
+        next sweep finds a dead storage, nothing has been freed since, so the state is still the peak's."""
         self.peak = self.current
-        self.peak_live = [(k, e.nbytes, e.tag) for k, e in self.live.items()]
-        self.peak_grad_keys = {
-            StorageWeakRef(g.untyped_storage()).cdata
-            for g in _plain(p.grad for p in self.grads_of if p.grad is not None)
-        }
+        self._pending = True
+
+    def _snapshot(self) -> None:
+        self._pending = False
+        self.peak_live = [(k, e.nbytes, e.tag) for d in (self.live, self.kept) for k, e in d.items()]
+        keys = set()
+        for p in self.grads_of:
+            grad = p.grad
+            if grad is None:
+                continue
+            local = getattr(grad, "_local_tensor", None)  # FSDP2: the DTensor's shard
+            keys.add(StorageWeakRef((grad if local is None else local).untyped_storage()).cdata)
+        self.peak_grad_keys = keys
 
     def breakdown(self) -> dict[str, int]:
+        if self._pending:
+            self._snapshot()
         out = dict.fromkeys(CATEGORIES, 0)
         for key, nbytes, tag in self.peak_live:
             name = "gradients" if key in self.peak_grad_keys else tag
