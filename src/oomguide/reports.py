@@ -201,7 +201,9 @@ def engine_features() -> dict[str, bool]:
         "ddp": hasattr(_distributed(), "Parallel"),
         "architecture": False,
         "outside_this_run": False,
-        "short_message": _explain_reads("Tried to allocate 8.00 GiB. GPU has 79.19 GiB total, 6.68 GiB free"),
+        "short_message": _explain_reads(
+            "Tried to allocate 8.00 GiB. GPU has 79.19 GiB total, 6.68 GiB free, 72.48 GiB in use by this process."
+        ),
         "no_request_message": _explain_reads("RuntimeError: CUDA error: out of memory"),
     }
 
