@@ -3,7 +3,9 @@
 ``snippets/placement.toml`` has one table per snippet (its path under ``snippets/``). The site
 hook turns it into the "where this goes" line next to the snippet, in the page's language
 (:func:`describe`); the examples apply the snippet to a copy of nanoGPT exactly there
-(:func:`apply`). So the page and the test cannot disagree.
+(:func:`apply`). So the page and the test cannot disagree. The line's words are English in
+``WORDS`` (message ids); the other languages' are in ``locale/<lang>/LC_MESSAGES/site.po``
+(:mod:`oomguide.i18n`).
 
 Kinds of placement (one per table):
 
@@ -28,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomllib
+
+from .i18n import N_, gettext_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SNIPPETS = ROOT / "snippets"
@@ -231,93 +235,29 @@ def rest_of(place: Placement, snippet_text: str) -> bool:
 
 # --- the page's "where this goes" line ---------------------------------------------------
 
+# the English words of the "where this goes" line: msgids of locale/<lang>/LC_MESSAGES/site.po
 WORDS = {
-    "en": {
-        "label": "Where this goes",
-        "config": "the config file `{file}`",
-        "shell:nanogpt": "a shell, in your nanoGPT checkout",
-        "shell:oomguide": "a shell, in a checkout of oomguide",
-        "env": "the shell that starts `python train.py`, before that command",
-        "replace:function": "in `{file}`, this code replaces the function `{target}()`",
-        "replace:method": "in `{file}`, this `{name}` replaces the method `{target}`",
-        "rest": "; the lines above it go just before `class {owner}`",
-        "replace_line": "in `{file}`, this replaces the line `{target}`{within}",
-        "before": "in `{file}`, just before the line `{target}`{within}, at its indentation",
-        "after": "in `{file}`, just after the line `{target}`{within}",
-        "within": " in `{within}()`",
-        "needs": "Needs {needs}.",
-        "and": " and ",
-    },
-    "ja": {
-        "label": "貼る場所",
-        "config": "設定ファイル `{file}`",
-        "shell:nanogpt": "シェル（nanoGPT のチェックアウトで実行）",
-        "shell:oomguide": "シェル（oomguide のチェックアウトで実行）",
-        "env": "`python train.py` を起動するシェルで、そのコマンドより前",
-        "replace:function": "`{file}` の関数 `{target}()` をこのコードで置き換える",
-        "replace:method": "`{file}` のメソッド `{target}` をこの `{name}` で置き換える",
-        "rest": "。その上の行は `class {owner}` の直前に置く",
-        "replace_line": "`{file}` の{within}行 `{target}` をこの行で置き換える",
-        "before": "`{file}` の{within}行 `{target}` の直前に、同じインデントで",
-        "after": "`{file}` の{within}行 `{target}` の直後",
-        "within": "`{within}()` の中の",
-        "needs": "先に {needs} が必要です。",
-        "and": " と ",
-    },
-    "zh": {
-        "label": "放在哪里",
-        "config": "配置文件 `{file}`",
-        "shell:nanogpt": "终端，在你的 nanoGPT 检出目录中",
-        "shell:oomguide": "终端，在 oomguide 的检出目录中",
-        "env": "启动 `python train.py` 的终端中，在该命令之前",
-        "replace:function": "在 `{file}` 中用这段代码替换函数 `{target}()`",
-        "replace:method": "在 `{file}` 中用这里的 `{name}` 替换方法 `{target}`",
-        "rest": "；它上面的几行放在 `class {owner}` 之前",
-        "replace_line": "在 `{file}` 中用它替换{within}的 `{target}` 这一行",
-        "before": "在 `{file}` 中，紧接在{within}的 `{target}` 这一行之前，缩进与之相同",
-        "after": "在 `{file}` 中，紧接在{within}的 `{target}` 这一行之后",
-        "within": " `{within}()` 中",
-        "needs": "需要先应用 {needs}。",
-        "and": " 和 ",
-    },
-    "de": {
-        "label": "Wohin das gehört",
-        "config": "die Konfigurationsdatei `{file}`",
-        "shell:nanogpt": "eine Shell, im eigenen nanoGPT-Checkout",
-        "shell:oomguide": "eine Shell, in einem Checkout von oomguide",
-        "env": "die Shell, die `python train.py` startet, vor diesem Befehl",
-        "replace:function": "in `{file}` ersetzt dieser Code die Funktion `{target}()`",
-        "replace:method": "in `{file}` ersetzt dieses `{name}` die Methode `{target}`",
-        "rest": "; die Zeilen darüber kommen direkt vor `class {owner}`",
-        "replace_line": "in `{file}` ersetzt dies die Zeile `{target}`{within}",
-        "before": "in `{file}` direkt vor die Zeile `{target}`{within}, mit deren Einrückung",
-        "after": "in `{file}` direkt hinter die Zeile `{target}`{within}",
-        "within": " in `{within}()`",
-        "needs": "Setzt {needs} voraus.",
-        "and": " und ",
-    },
-    "fr": {
-        "label": "Où le placer",
-        "config": "le fichier de configuration `{file}`",
-        "shell:nanogpt": "un terminal, dans votre copie de nanoGPT",
-        "shell:oomguide": "un terminal, dans une copie d’oomguide",
-        "env": "le terminal qui lance `python train.py`, avant cette commande",
-        "replace:function": "dans `{file}`, ce code remplace la fonction `{target}()`",
-        "replace:method": "dans `{file}`, ce `{name}` remplace la méthode `{target}`",
-        "rest": " ; les lignes au-dessus vont juste avant `class {owner}`",
-        "replace_line": "dans `{file}`, ceci remplace la ligne `{target}`{within}",
-        "before": "dans `{file}`, juste avant la ligne `{target}`{within}, avec la même indentation",
-        "after": "dans `{file}`, juste après la ligne `{target}`{within}",
-        "within": " dans `{within}()`",
-        "needs": "Nécessite {needs}.",
-        "and": " et ",
-    },
+    "label": N_("Where this goes"),
+    "config": N_("the config file `{file}`"),
+    "shell:nanogpt": N_("a shell, in your nanoGPT checkout"),
+    "shell:oomguide": N_("a shell, in a checkout of oomguide"),
+    "env": N_("the shell that starts `python train.py`, before that command"),
+    "replace:function": N_("in `{file}`, this code replaces the function `{target}()`"),
+    "replace:method": N_("in `{file}`, this `{name}` replaces the method `{target}`"),
+    "rest": N_("; the lines above it go just before `class {owner}`"),
+    "replace_line": N_("in `{file}`, this replaces the line `{target}`{within}"),
+    "before": N_("in `{file}`, just before the line `{target}`{within}, at its indentation"),
+    "after": N_("in `{file}`, just after the line `{target}`{within}"),
+    "within": N_(" in `{within}()`"),
+    "needs": N_("Needs {needs}."),
+    "and": N_(" and "),
 }
 
 
 def describe(place: Placement, lang: str, placements: dict[str, Placement] | None = None) -> str:
     """The "where this goes" line of a snippet, in Markdown, in `lang`."""
-    words = WORDS.get(lang, WORDS["en"])
+    t = gettext_for(lang, "site")
+    words = {key: t(text) for key, text in WORDS.items()}
     owner, _, name = place.target.rpartition(".")
     fields = dict(file=place.file, target=place.target, name=name, owner=owner)
     fields["within"] = words["within"].format(within=place.within) if place.within else ""
