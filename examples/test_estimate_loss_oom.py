@@ -45,16 +45,35 @@ def n_params(config) -> int:
 
 
 def test_situation_reproduces_the_error(snippet, figure, report):
-    """The article's run: the first estimate_loss() asks for the (65536, 50304) bf16 logits buffer."""
+    """The article's compiled run (FACTS 23): the first estimate_loss() passes its first batch (the loss
+    is fused) and asks for the second batch's (65536, 50304) bf16 logits while the first batch's are
+    still referenced; run eagerly, it would fail one batch earlier, at the log-probabilities."""
     config = snippet.config(SITUATION)
+    assert config.compile is True
     tokens = config.batch_size * config.block_size
     logits = tokens * config.vocab_size * 2
     figure("tokens_per_iter_before", tokens, "int")
     figure("vocab_size", config.vocab_size, "int")
     figure("logits_bytes_before", logits, "gib")
-    result = memory.predict(config, "estimate_loss", memory.DEFAULT_GPU_MEMORY, state="first")
+    card = memory.DEFAULT_GPU_MEMORY
+    result = memory.predict(config, "estimate_loss", card, state="first", compiled=config.compile)
     assert result.fits is False
     assert result.failing_allocation_bytes == logits
+    assert result.failing_forward == 2 and result.failing_allocation.startswith("mm -> bfloat16")
+    # what is allocated at that moment: weights, the first batch's logits, ln_f's bf16 output, lm_head's
+    # bf16 weight (nothing else bigger than a few MiB)
+    lnf, lm_head = tokens * config.n_embd * 2, config.vocab_size * config.n_embd * 2
+    parts = n_params(config) * 4 + logits + lnf + lm_head
+    assert 0 <= result.allocated_at_failure_bytes - parts < 4 * memory.MiB
+    figure("lnf_bf16_bytes", lnf, "mib")
+    figure("lm_head_bf16_bytes", lm_head, "mib")
+    eager = memory.predict(config, "estimate_loss", card, state="first", compiled=False)
+    assert eager.failing_forward == 1 and eager.failing_allocation.startswith("_log_softmax")
+    figure("eager_allocated_at_failure", eager.allocated_at_failure_bytes, "gib")
+    figure("eager_first_eval_peak_before", eager.peak_bytes, "gib")
+    # the message's figure matches the compiled run, not the eager one
+    gap = abs(result.allocated_at_failure_bytes - report_bytes("allocated"))
+    assert gap < abs(eager.allocated_at_failure_bytes - report_bytes("allocated"))
     # PyTorch prints the request with two decimals: the same text as the article's message
     assert f"{result.failing_allocation_bytes / GiB:.2f}GiB" == REPORT["requested"]
     figure("first_eval_failing_bytes", result.failing_allocation_bytes, "gib")
@@ -157,8 +176,12 @@ def test_fix_no_compile(snippet):
     eager = model(X, Y)[1]
     compiled = torch.compile(model, backend="aot_eager")(X, Y)[1]  # the graph torch.compile traces
     torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
-    # that the predictor's figures are eager figures is checked where it is built: against the same
-    # model run eagerly on real tensors (tests/test_engine.py, fake prediction equals the tracker)
+    # in evaluation the eager loss needs more than the compiled one: compile=False alone fails earlier
+    situation = snippet.config(SITUATION)
+    card = memory.DEFAULT_GPU_MEMORY
+    compiled = memory.predict(situation, "estimate_loss", card, state="first", compiled=True)
+    eager = memory.predict(config, "estimate_loss", card, state="first", compiled=config.compile)
+    assert (compiled.failing_forward, eager.failing_forward) == (2, 1)
 
 
 def test_fix_block_size(snippet, figure, report):
@@ -169,12 +192,17 @@ def test_fix_block_size(snippet, figure, report):
     assert 2 * tokens == before.batch_size * before.block_size
     figure("tokens_per_iter_block", tokens, "int")
     figure("logits_bytes_block", tokens * config.vocab_size * 2, "gib")
-    result = memory.predict(config, "estimate_loss", memory.DEFAULT_GPU_MEMORY, state="first")
+    card, compiled = memory.DEFAULT_GPU_MEMORY, config.compile  # the article's run is compiled
+    result = memory.predict(config, "estimate_loss", card, state="first", compiled=compiled)
     figure("block_first_eval_peak", result.peak_bytes, "gib")
-    # alone, it is not enough at batch 64
-    assert result.fits is False
+    assert result.fits  # the first evaluation now passes ...
+    train = memory.predict(config, "train_step", card, compiled=compiled)
+    figure("block_train_peak", train.peak_bytes, "gib")
+    # ... but alone it is not enough at batch 64: the first training step does not fit
+    assert train.fits is False
     report(
-        f"fix block_size=512: first estimate_loss still predicted at {memory.fmt_bytes(result.peak_bytes)}"
+        f"fix block_size=512: first estimate_loss {memory.fmt_bytes(result.peak_bytes)}, "
+        f"train step {memory.fmt_bytes(train.peak_bytes)} (compiled)"
     )
 
 

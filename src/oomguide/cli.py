@@ -84,11 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="DDP built with gradient_as_bucket_view=True: gradients are views into its buckets",
     )
-    check.add_argument("--phase", choices=memory.PHASES, action="append", help="only this phase (repeatable)")
+    check.add_argument(
+        "--phase",
+        choices=list(memory.CHECKS),
+        action="append",
+        help="only this phase (repeatable): the first estimate_loss() at iteration 0, a train step, "
+        "or a later estimate_loss() during training",
+    )
     check.add_argument("--no-search", action="store_true", help="skip the search for the largest batch_size")
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
-    from . import oom  # explain's arguments live with explain
+    from .explain import command as explain_command  # explain's arguments live with explain
 
     explain = sub.add_parser(
         "explain",
@@ -96,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read a CUDA out-of-memory message and say which tensor it was, why it "
         "failed, and which section of the guide to read.",
     )
-    oom.add_arguments(explain)
+    explain_command.add_arguments(explain)
     return parser
 
 
@@ -122,10 +128,17 @@ def run_check(args) -> int:
     parallel = _parallel(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        config = load_config(args.configs, overrides)
-    notes = [str(w.message) for w in caught]
+        config = load_config(args.configs, overrides, find_files=True)
+    notes = [str(w.message) for w in caught] + list(config.notes)
     source = memory.load_model_source(args.model) if args.model else None
-    phases = args.phase or list(memory.PHASES)
+    run = memory.checks_run(config)
+    if config.eval_only and "train_step" not in run:
+        notes.append("eval_only=True: train.py stops after the first estimate_loss(); nothing else runs")
+    phases = [name for name in run if not args.phase or name in args.phase]
+    skipped = [name for name in args.phase or () if name not in run]
+    if skipped:
+        notes.append(f"not run by this config (eval_only): {', '.join(skipped)}")
+    shape = config.gpt_config()
     out = {
         "gpu_memory_bytes": args.gpu_memory,
         "usable_bytes": memory.usable_bytes(args.gpu_memory),
@@ -134,6 +147,11 @@ def run_check(args) -> int:
         **versions.describe(),  # the PyTorch whose code the prediction ran
         "config": config.sources,
         "model": args.model or "oomguide.model.GPT",
+        "shape": {
+            k: getattr(shape, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")
+        },
+        "vocab_from": config.vocab_from,
+        "compiled": bool(config.compile) and parallel.single,
         "warnings": notes,
         "phases": {},
     }
@@ -144,13 +162,17 @@ def run_check(args) -> int:
         out.update(distributed.describe(config, parallel, source))
         predictor = functools.partial(distributed.predict, parallel=parallel)
     quiet = args.json or not sys.stderr.isatty()
-    for phase in phases:
+    if config.compile and not parallel.single:
+        notes.append("compile=True: torch.compile is modelled for one process only; figures are eager")
+    for name in phases:
+        phase, state = memory.CHECKS[name]
+        options = {"state": state, **({"compiled": True} if out["compiled"] else {})}
         known: dict = {}
-        result = predictor(config, phase, args.gpu_memory, source=source)
+        result = predictor(config, phase, args.gpu_memory, source=source, **options)
         known[config.batch_size] = result
-        entry = result.to_json()
+        entry = {"check": name, "state": state, **result.to_json()}
         if not args.no_search:
-            report = _progress(phase, quiet)
+            report = _progress(name, quiet)
             entry["max_batch_size"] = memory.max_batch_size(
                 config,
                 phase,
@@ -158,11 +180,11 @@ def run_check(args) -> int:
                 source=source,
                 known=known,
                 progress=report,
-                predictor=predictor,
+                predictor=functools.partial(predictor, **options),
             )
             if not quiet:
                 print(file=sys.stderr)
-        out["phases"][phase] = entry
+        out["phases"][name] = entry
     fits = all(p["fits"] for p in out["phases"].values())
     if args.json:
         print(json.dumps(out, indent=2))
@@ -204,32 +226,47 @@ def _print_check(out: dict, config) -> None:
                 else ""
             )
         )
+    shape = out["shape"]
     print(
-        f"config: batch_size={config.batch_size} block_size={config.block_size} dtype={config.dtype} "
-        f"n_layer={config.n_layer} n_head={config.n_head} n_embd={config.n_embd} "
-        f"gradient_accumulation_steps={config.gradient_accumulation_steps}"
+        f"config: batch_size={config.batch_size} block_size={shape['block_size']} dtype={config.dtype} "
+        f"n_layer={shape['n_layer']} n_head={shape['n_head']} n_embd={shape['n_embd']} "
+        f"gradient_accumulation_steps={config.gradient_accumulation_steps} compile={config.compile}"
         + (f" eval_batch_size={config.eval_batch_size}" if config.eval_batch_size else "")
+        + (f" init_from={config.init_from}" if config.init_from != "scratch" else "")
     )
+    print(f"vocab_size={shape['vocab_size']}: {out['vocab_from']}")
     print(f"predicted with: {versions.line(out['torch_version'])}")
     for note in out["warnings"]:
         print(f"note: {note}")
-    for phase, r in out["phases"].items():
+    titles = {
+        "estimate_loss_first": "first estimate_loss() (iteration 0: weights only, no optimizer state yet)",
+        "train_step": "train step",
+        "estimate_loss": "later estimate_loss() (AdamW state and the last training logits alive)",
+    }
+    if config.init_from == "resume":
+        titles["estimate_loss_first"] = (
+            "first estimate_loss() after resuming (AdamW state from the checkpoint)"
+        )
+    for name, r in out["phases"].items():
         verdict = "fits" if r["fits"] else "DOES NOT FIT"
-        print(f"\n{phase}: predicted peak {fmt(r['peak_bytes'])} -> {verdict}")
+        print(f"\n{titles[name]}: predicted peak {fmt(r['peak_bytes'])} -> {verdict}")
         print(f"  largest allocation: {fmt(r['largest_allocation_bytes'])} ({r['largest_allocation']})")
         if not r["fits"]:
+            where = f" in forward {r['failing_forward']}" if r.get("failing_forward") else ""
             print(
                 f"  would fail at: Tried to allocate {fmt(r['failing_allocation_bytes'])} "
-                f"({r['failing_allocation']}), with {fmt(r['allocated_at_failure_bytes'])} already allocated"
+                f"({r['failing_allocation']}{where}), with {fmt(r['allocated_at_failure_bytes'])} "
+                "already allocated"
             )
         parts = ", ".join(f"{k.replace('_', ' ')} {fmt(v)}" for k, v in r["breakdown"].items())
         print(f"  at the peak: {parts}")
         if "max_batch_size" in r:
             mbs = r["max_batch_size"]
             print(f"  largest batch_size that fits: {mbs}" if mbs else "  not even batch_size=1 fits")
+    how = "torch.compile modelled by its fused loss and casts" if out["compiled"] else "the model run eagerly"
     print(
-        "\n(predicted on fake tensors with CUDA's autocast and allocator rounding; torch.compile and "
-        "fragmentation are not modelled: keep some headroom)"
+        f"\n(predicted on fake tensors with CUDA's autocast and allocator rounding; {how}; "
+        "fragmentation and compile-time workspaces are not modelled: keep some headroom)"
     )
 
 
@@ -239,9 +276,9 @@ def main(argv=None) -> int:
     try:
         if args.command == "check":
             return run_check(args)
-        from . import oom
+        from .explain import command as explain_command
 
-        return oom.run(args)
+        return explain_command.run(args)
     except (ConfigError, memory.MemoryError_, BadInput, ValueError, OSError) as exc:
         print(f"oomguide {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

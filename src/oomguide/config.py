@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import pickle
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,9 @@ class TrainConfig:
 
     values: dict = field(default_factory=lambda: dict(DEFAULTS))
     sources: list[str] = field(default_factory=list)
+    # where vocab_size (and, for init_from='resume', the shape) came from, as train.py finds it
+    vocab_from: str = "train.py's default 50304 (GPT-2's 50257 padded)"
+    notes: list[str] = field(default_factory=list)  # what the reader should know about those sources
 
     def __getattr__(self, name):
         try:
@@ -110,7 +114,7 @@ class TrainConfig:
         values = dict(self.values)
         for key, value in changes.items():
             _set(values, key, value, f"replace({key}=...)")
-        out = TrainConfig(values, list(self.sources))
+        out = TrainConfig(values, list(self.sources), self.vocab_from, list(self.notes))
         out.validate()
         return out
 
@@ -249,8 +253,8 @@ def _set(values: dict, key: str, value, where: str) -> None:
     values[key] = value
 
 
-def read_config_file(path: str | Path, values: dict) -> None:
-    """Apply the assignments of one nanoGPT config file to `values` (in place)."""
+def read_config_file(path: str | Path, values: dict) -> list[str]:
+    """Apply the assignments of one nanoGPT config file to `values` (in place); returns the keys set."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -264,6 +268,7 @@ def read_config_file(path: str | Path, values: dict) -> None:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as exc:
         raise ConfigError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    assigned = []
     for stmt in tree.body:
         where = f"{path}:{stmt.lineno}"
         targets = []
@@ -294,6 +299,8 @@ def read_config_file(path: str | Path, values: dict) -> None:
             continue
         for key in targets:
             _set(values, key, value, where)
+            assigned.append(key)
+    return assigned
 
 
 def parse_override(text: str) -> tuple[str, object]:
@@ -310,18 +317,145 @@ def parse_override(text: str) -> tuple[str, object]:
     return key, value
 
 
-def load_config(paths=(), overrides=(), **changes) -> TrainConfig:
-    """train.py's settings after the config files `paths` and the `overrides` (``key=value``)."""
+class _PlainData(pickle.Unpickler):
+    """An unpickler for plain data only: dicts, lists, tuples, sets, strings, bytes, numbers, None.
+
+    Anything else in a pickle names a class or a function to call (pickle's GLOBAL/STACK_GLOBAL, and
+    REDUCE/BUILD/NEWOBJ need one); ``find_class`` refuses every name, so no code from the file runs.
+    """
+
+    def find_class(self, module, name):
+        raise ConfigError(f"refuses to load {module}.{name}")
+
+    def persistent_load(self, pid):
+        raise ConfigError("refuses a persistent id")
+
+
+def read_meta_vocab(path: str | Path) -> int:
+    """``vocab_size`` of a nanoGPT dataset's meta.pkl, read as plain data without running any code."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            meta = _PlainData(f).load()
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: not plain data, oomguide will not unpickle it ({exc})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.__class__.__name__}: {exc}") from None
+    except Exception as exc:  # a truncated or corrupt pickle fails in many ways
+        raise ConfigError(f"{path}: not a readable pickle ({exc.__class__.__name__}: {exc})") from None
+    vocab = meta.get("vocab_size") if isinstance(meta, dict) else None
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab <= 0:
+        raise ConfigError(f"{path}: has no positive integer vocab_size (train.py reads meta['vocab_size'])")
+    return vocab
+
+
+def _checkouts(paths, cwd: Path) -> list[Path]:
+    """Where train.py would look: the working directory, then the checkout each config file lives in
+    (its directory's parent for nanoGPT's ``config/train_x.py``, else its own directory)."""
+    out = [cwd]
+    for path in paths:
+        folder = Path(path).resolve().parent
+        for candidate in (folder.parent,) if folder.name == "config" else (folder,):
+            if candidate not in out:
+                out.append(candidate)
+    return out
+
+
+def _read_checkpoint_args(path: Path) -> dict:
+    import torch  # only for init_from='resume'
+
+    try:
+        # weights_only: torch's own restricted unpickler; mmap: the tensors are not read
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        args = checkpoint["model_args"]
+    except Exception as exc:
+        raise ConfigError(
+            f"{path}: cannot read model_args from this checkpoint ({exc.__class__.__name__}: "
+            f"{str(exc).splitlines()[0][:120] if str(exc) else ''})"
+        ) from None
+    if not isinstance(args, dict):
+        raise ConfigError(f"{path}: model_args is not a dict")
+    return args
+
+
+def resolve_model_args(config: TrainConfig, paths=(), explicit=(), cwd: str | Path | None = None) -> None:
+    """Find the vocab (and for ``resume`` the shape) the way train.py does, in place (FACTS 24).
+
+    ``gpt2*``: GPT-2's vocab 50257. ``resume``: ``out_dir/ckpt.pt``'s ``model_args`` (n_layer, n_head,
+    n_embd, block_size, bias, vocab_size), when the checkpoint is found. ``scratch``: ``vocab_size``
+    from ``data/<dataset>/meta.pkl``, looked for in the working directory and then in the checkout the
+    config lives in; 50304 when there is none. A ``vocab_size`` set explicitly (oomguide's extension
+    key) wins over meta.pkl.
+    """
+    v = config.values
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    places = _checkouts(paths, cwd)
+    if v["init_from"] in PRETRAINED_SHAPES:
+        config.vocab_from = f"GPT-2's 50257 (init_from={v['init_from']!r})"
+        return
+    if v["init_from"] == "resume":
+        out_dir = Path(v["out_dir"])
+        found = [p / out_dir / "ckpt.pt" for p in places if (p / out_dir / "ckpt.pt").is_file()]
+        if found:
+            args = _read_checkpoint_args(found[0])
+            for key in ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size"):
+                if key in args:
+                    _set(v, key, args[key], f"{found[0]} model_args")
+            config.vocab_from = f"the checkpoint {found[0]} (model_args)"
+        else:
+            config.notes.append(
+                f"init_from='resume' but no {out_dir / 'ckpt.pt'} found in {', '.join(map(str, places))}: "
+                "the model's shape is taken from the config, as if the checkpoint had it"
+            )
+            config.vocab_from = "the config (no checkpoint found)"
+        return
+    if "vocab_size" in explicit:
+        config.vocab_from = "set explicitly (vocab_size)"
+        return
+    relative = Path("data") / str(v["dataset"]) / "meta.pkl"
+    for place in places:
+        meta = place / relative
+        if meta.is_file():
+            v["vocab_size"] = read_meta_vocab(meta)
+            config.vocab_from = f"{meta}"
+            return
+    config.vocab_from = f"train.py's default 50304: no {relative} in {', '.join(map(str, places))}"
+    if "dataset" in explicit:
+        config.notes.append(
+            f"dataset={v['dataset']!r} is set but no {relative} was found (looked in "
+            f"{', '.join(map(str, places))}); predicting with GPT-2's vocab 50304, as train.py would. "
+            "Run the dataset's prepare.py first, or run oomguide from your nanoGPT checkout"
+        )
+
+
+def load_config(paths=(), overrides=(), *, find_files: bool = False, cwd=None, **changes) -> TrainConfig:
+    """train.py's settings after the config files `paths` and the `overrides` (``key=value``).
+
+    `find_files=True` (the CLI): look for ``data/<dataset>/meta.pkl`` and, for ``init_from='resume'``,
+    ``out_dir/ckpt.pt`` as train.py would (``resolve_model_args``), in `cwd` (default: the working
+    directory) and in the config's checkout.
+    """
     values = dict(DEFAULTS)
     sources = []
-    for path in [paths] if isinstance(paths, (str, Path)) else paths:
-        read_config_file(path, values)
+    explicit = set()
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    for path in paths:
+        explicit.update(read_config_file(path, values))
         sources.append(str(path))
     for item in overrides:
         key, value = parse_override(item)
         _set(values, key, value, f"--{key}")
+        explicit.add(key)
     for key, value in changes.items():
         _set(values, key, value, f"{key}=")
+        explicit.add(key)
     config = TrainConfig(values, sources)
     config.validate()
+    if find_files:
+        resolve_model_args(config, paths, explicit, cwd)
+        config.validate()
+    elif values["init_from"] in PRETRAINED_SHAPES:
+        config.vocab_from = f"GPT-2's 50257 (init_from={values['init_from']!r})"
+    elif "vocab_size" in explicit:
+        config.vocab_from = "set explicitly (vocab_size)"
     return config

@@ -16,10 +16,13 @@ The package, one module per job:
 - ``predict``     a phase on fake tensors; the batch-size search
 - ``measure``     a phase on a real GPU: the only module that calls torch.cuda
 
-Not modelled yet: kernels' private workspaces, fragmentation, torch.compile.
+- ``compiled``    what torch.compile changes (fused loss, fused casts): a rule-based model
+
+Not modelled yet: kernels' private workspaces, fragmentation.
 The names below are what the CLI, the examples and the notebook use: ``from oomguide import memory``.
 """
 
+from .compiled import CompiledAutocast, compiled_context
 from .cuda_model import CudaAutocast, block_size, cuda_autocast_context, segment_size
 from .measure import (
     cuda_available,
@@ -31,7 +34,7 @@ from .measure import (
     measure,
 )
 from .models import MemoryError_, ModelSource, load_model_source
-from .predict import PHASES, PhaseResult, max_batch_size, predict
+from .predict import CHECKS, PHASES, STATES, PhaseResult, checks_run, max_batch_size, predict
 from .tracker import CATEGORIES, Allocation, AllocationTracker
 from .units import (
     CONTEXT_BYTES,
@@ -46,11 +49,14 @@ from .units import (
 
 __all__ = [
     "CATEGORIES",
+    "CHECKS",
     "CONTEXT_BYTES",
     "DEFAULT_GPU_MEMORY",
     "PHASES",
+    "STATES",
     "Allocation",
     "AllocationTracker",
+    "CompiledAutocast",
     "CudaAutocast",
     "GiB",
     "MemoryError_",
@@ -58,6 +64,8 @@ __all__ = [
     "ModelSource",
     "PhaseResult",
     "block_size",
+    "checks_run",
+    "compiled_context",
     "cuda_autocast_context",
     "cuda_available",
     "cuda_device_name",

@@ -39,66 +39,47 @@ def segment_size(nbytes: int) -> int:
     return -(-size // (2 * MiB)) * (2 * MiB)
 
 
-def _ops(*names):
+def _spellings(op: str) -> list:
+    """The Python functions that reach ATen op `op`: F.op, torch.op, Tensor.op, torch.linalg.<rest>."""
+    owners = [F, torch, torch.Tensor]
+    if op.startswith("linalg_"):
+        owners, op = [torch.linalg], op[len("linalg_") :]
+    return [getattr(owner, op) for owner in owners if hasattr(owner, op)]
+
+
+def _ops(names: str, *extra: str) -> set:
     out = set()
-    for name in names:
-        owner, _, attr = name.rpartition(".")
-        obj = {"F": F, "torch": torch, "Tensor": torch.Tensor}[owner]
-        if hasattr(obj, attr):
-            out.add(getattr(obj, attr))
+    for name in names.split():
+        out.update(_spellings(name))
+    for name in extra:  # operators: Tensor.__matmul__ ...
+        out.add(getattr(torch.Tensor, name))
     return out
 
 
-# CUDA autocast's lower-precision list and float32 list (PyTorch's amp page), the ops a GPT uses.
+# CUDA autocast's lists as ATen/autocast_mode.h declares them (torch 2.13; tests/test_predict_checks.py
+# reads the installed header and fails when an op is missing here). Ops with no Python spelling
+# (_convolution, the SDPA kernels, fused RNN cells) are reached through the functions listed.
 _LOWER = _ops(
-    "F.linear",
-    "torch.matmul",
-    "Tensor.matmul",
-    "Tensor.__matmul__",
-    "Tensor.__rmatmul__",
-    "torch.mm",
-    "Tensor.mm",
-    "torch.bmm",
-    "Tensor.bmm",
-    "torch.baddbmm",
-    "Tensor.baddbmm",
-    "torch.addmm",
-    "Tensor.addmm",
-    "torch.addbmm",
-    "F.scaled_dot_product_attention",
-    "F.conv1d",
-    "F.conv2d",
-    "F.conv3d",
+    "addbmm addmm addmv addr baddbmm bmm chain_matmul conv1d conv2d conv3d conv_tbc conv_transpose1d "
+    "conv_transpose2d conv_transpose3d einsum gru_cell linalg_multi_dot linalg_vecdot linear lstm_cell "
+    "matmul mm mv prelu rnn_relu_cell rnn_tanh_cell scaled_dot_product_attention",
+    "__matmul__",
+    "__rmatmul__",
 )
 _FLOAT32 = _ops(
-    "F.layer_norm",
-    "F.group_norm",
-    "F.nll_loss",
-    "F.mse_loss",
-    "F.l1_loss",
-    "F.smooth_l1_loss",
-    "F.kl_div",
-    "F.binary_cross_entropy_with_logits",
-    "torch.exp",
-    "Tensor.exp",
-    "torch.log",
-    "Tensor.log",
-    "torch.pow",
-    "Tensor.pow",
-    "Tensor.__pow__",
-    "torch.rsqrt",
-    "Tensor.rsqrt",
-    "torch.norm",
-    "Tensor.norm",
-    "F.normalize",
-    "torch.logsumexp",
-    "Tensor.logsumexp",
-    "torch.cumsum",
-    "Tensor.cumsum",
+    "acos asin binary_cross_entropy_with_logits cdist cosh cosine_embedding_loss cosine_similarity dist "
+    "erfinv exp expm1 frobenius_norm group_norm hinge_embedding_loss huber_loss kl_div l1_loss "
+    "layer_norm log log10 log1p log2 logsumexp margin_ranking_loss mse_loss multi_margin_loss "
+    "multilabel_margin_loss native_layer_norm nll_loss nll_loss2d nuclear_norm pdist poisson_nll_loss "
+    "pow reciprocal renorm rms_norm rsqrt sinh smooth_l1_loss soft_margin_loss softplus tan "
+    "triplet_margin_loss upsample_bicubic2d upsample_bilinear2d upsample_linear1d upsample_nearest1d "
+    "upsample_nearest2d upsample_nearest3d upsample_trilinear3d norm normalize",
+    "__pow__",
+    "__rpow__",
 )
 # float32 unless the call names a dtype (autocast's "fp32_set_opt_dtype")
 _FLOAT32_UNLESS_DTYPE = _ops(
-    "F.softmax", "F.log_softmax", "torch.softmax", "torch.log_softmax", "Tensor.softmax", "Tensor.log_softmax"
+    "cumprod cumsum linalg_matrix_norm linalg_vector_norm log_softmax prod softmax sum"
 )
 
 
@@ -156,14 +137,37 @@ class CudaAutocast(TorchFunctionMode):
         reduction="mean",
         label_smoothing=0.0,
     ):
-        if input.dtype not in (torch.float16, torch.bfloat16) or label_smoothing or input.dim() != 2:
+        if input.dtype not in (torch.float16, torch.bfloat16):
             return F.cross_entropy(
                 input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing
             )
+        if size_average is not None or reduce is not None:
+            reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
         # cross_entropy_loss is not on CUDA's lists: its log_softmax keeps the input dtype (explicitly),
-        # and nll_loss, on the float32 list, casts the log-probabilities to a float32 copy.
-        logprobs = torch.log_softmax(input, 1, dtype=input.dtype)
-        return F.nll_loss(logprobs.float(), target, weight, size_average, ignore_index, reduce, reduction)
+        # and nll_loss (nll_loss2d for (N, C, d...) input), on the float32 list, casts the
+        # log-probabilities to a float32 copy. The same with label smoothing, whose extra term sums the
+        # low-precision log-probabilities over the classes (sum: float32 under autocast).
+        class_dim = 1 if input.dim() >= 2 else 0
+        logprobs = torch.log_softmax(input, class_dim, dtype=input.dtype)
+        nll = F.nll_loss(logprobs.float(), target, weight, ignore_index=ignore_index, reduction=reduction)
+        if not label_smoothing:
+            return nll
+        if weight is not None:
+            shape = [1] * input.dim()
+            shape[class_dim] = -1
+            smooth = -(logprobs * weight.view(shape)).sum(class_dim, dtype=torch.float32)
+        else:
+            smooth = -logprobs.sum(class_dim, dtype=torch.float32)
+        ignored = target == ignore_index
+        smooth = smooth.masked_fill(ignored, 0.0)
+        if reduction == "mean":
+            if weight is not None:
+                smooth = smooth.sum() / weight.gather(0, target.masked_select(~ignored).flatten()).sum()
+            else:
+                smooth = smooth.sum() / (~ignored).sum()
+        elif reduction == "sum":
+            smooth = smooth.sum()
+        return (1.0 - label_smoothing) * nll + smooth * (label_smoothing / input.size(class_dim))
 
 
 @contextmanager

@@ -6,6 +6,7 @@ the ``AllocationTracker``. Never imports torch.cuda and never needs a GPU.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -14,12 +15,48 @@ import torch
 
 from .. import loop
 from ..config import TrainConfig
+from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .models import ModelSource
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
 PHASES = ("train_step", "estimate_loss")
+STATES = ("first", "training")
+
+# What `oomguide check` reports: the first estimate_loss() (iteration 0, before any optimizer step),
+# a train step, and a later estimate_loss() (AdamW state and train.py's stale logits alive).
+CHECKS = {
+    "estimate_loss_first": ("estimate_loss", "first"),
+    "train_step": ("train_step", "training"),
+    "estimate_loss": ("estimate_loss", "training"),
+}
+
+
+def checks_run(config: TrainConfig) -> list[str]:
+    """The CHECKS train.py goes through for `config`: an ``eval_only`` run stops after the first
+    estimate_loss() (at iteration 0; a resumed run starts later, so it trains on, FACTS 24)."""
+    if config.eval_only and config.init_from != "resume":
+        return ["estimate_loss_first"]
+    return list(CHECKS)
+
+
+class _CudaScaler(torch.amp.GradScaler):
+    """train.py's GradScaler as CUDA builds it: enabled for float16 only (FACTS 6).
+
+    ``GradScaler('cuda')`` disables itself on a CPU-only build, so the same algorithm runs as the CPU
+    scaler; on fake tensors its inf check has no value, and the optimizer step is taken.
+    """
+
+    def __init__(self, dtype: str):
+        super().__init__("cpu", enabled=(dtype == "float16"))
+
+    def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if any(isinstance(v, FakeTensor) for v in optimizer_state["found_inf_per_device"].values()):
+            return optimizer.step(*args, **kwargs)
+        return super()._maybe_opt_step(optimizer, optimizer_state, *args, **kwargs)
 
 
 @dataclass
@@ -35,6 +72,7 @@ class PhaseResult:
     failing_allocation_bytes: int | None = None  # "Tried to allocate" of the OOM message
     failing_allocation: str | None = None
     allocated_at_failure_bytes: int | None = None
+    failing_forward: int | None = None  # which forward of the phase (1, 2, ...) the failure comes in
     breakdown: dict = field(default_factory=dict)
     reserved_bytes: int | None = None  # measured runs only
 
@@ -67,14 +105,21 @@ def _run_phase(
     optimizer = loop.make_optimizer(model, config, "cuda")
     stale_dtype = loop.PTDTYPE[config.dtype]
     block = min(config.block_size, cfg_block)
-    if state == "training":
-        # AdamW's state exists after the first step; make it without tracking the step itself
+    resumed = config.init_from == "resume"
+    checkpoint_weights = []
+    if resumed:
+        # train.py keeps the checkpoint's weights referenced (its global `state_dict`) for the whole run
+        checkpoint_weights = [torch.empty_like(t) for t in [*params, *model.buffers()]]  # shared once
+        tracker.register(checkpoint_weights, "weights")
+    if state == "training" or resumed:
+        # AdamW's state exists after the first step (or, resumed, from the checkpoint); make it
+        # without tracking the step itself
         for p in params:
             p.grad = torch.zeros_like(p)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         tracker.register([t for s in optimizer.state.values() for t in s.values()], "optimizer_state")
-    train_state = loop.TrainState(model, optimizer, loop.make_scaler(config.dtype, "cpu"), ctx)
+    train_state = loop.TrainState(model, optimizer, _CudaScaler(config.dtype), ctx)
     if state == "training" and stale_logits:
         # FACTS 11: the last micro-step's logits are still referenced
         train_state.logits = torch.empty(config.batch_size, block, vocab, dtype=stale_dtype)
@@ -104,6 +149,7 @@ def _run_phase(
                 loop.estimate_loss(model, get_batch, eval_iters, ctx)
     else:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
+    del checkpoint_weights  # alive until here, as train.py's state_dict
 
 
 def _train_step_tracked(train_state, get_batch, gas, grad_clip, tracker):
@@ -138,6 +184,7 @@ def predict(
     seed: int = 0,
     eval_iters: int = 1,
     stale_logits: bool = True,
+    compiled: bool = False,
 ) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
@@ -150,10 +197,14 @@ def predict(
     with the train split's last logits alive (the loop variable), as every later batch does.
     `stale_logits=False` (state "training"): no (B, T, V) logits left over from the last training
     micro-step (FACTS 11), as after train.py drops them, or with a model that returns no such logits.
+    `compiled=True`: the model as ``torch.compile`` runs it (``compiled``: fused loss, fused casts);
+    the CLI passes the config's ``compile``, the guide's figures are eager unless a page says so.
+    ``init_from='resume'``: AdamW's state is loaded from the checkpoint before the first evaluation,
+    and train.py keeps the checkpoint's weights referenced (``state_dict``) for the whole run.
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
-    if state not in ("training", "first"):
+    if state not in STATES:
         raise ValueError(f"unknown state {state!r}")
     if state == "first" and phase != "estimate_loss":
         raise ValueError("state='first' is the first estimate_loss at iteration 0")
@@ -162,7 +213,7 @@ def predict(
     budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
     gpt_config = config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
-    ctx = cuda_autocast_context(config.dtype)
+    ctx = compiled_context(config.dtype) if compiled else cuda_autocast_context(config.dtype)
     torch.manual_seed(seed)
     if fake:
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -175,6 +226,7 @@ def predict(
         warnings.simplefilter("ignore")
         model = source.build(gpt_config)
         model.train()
+        model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
         run_config = config if batch_size is None else config.replace(batch_size=batch)
         with _recompute_under(ctx):
             _run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
@@ -194,6 +246,7 @@ def predict(
             result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
+            result.failing_forward = tracker.failing_forward
     return result
 
 
@@ -207,6 +260,8 @@ def max_batch_size(
     progress=None,
     known: dict[int, PhaseResult] | None = None,
     context_bytes: int = CONTEXT_BYTES,
+    state: str = "training",
+    compiled: bool = False,
     predictor=None,
 ) -> int:
     """The largest batch_size whose predicted `phase` fits `gpu_memory` (0 if not even 1 fits).
@@ -216,7 +271,7 @@ def max_batch_size(
     `progress(done, total_guess)` is called after each prediction. `predictor`: a function like
     ``predict`` (default), e.g. ``distributed.predict`` with its ``parallel`` bound.
     """
-    predictor = predictor or predict
+    predictor = predictor or functools.partial(predict, state=state, compiled=compiled)
     known = {} if known is None else known
     calls = [0]
 

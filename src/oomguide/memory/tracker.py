@@ -41,12 +41,14 @@ class _Live:
 class AllocationTracker(TorchDispatchMode):
     """Live bytes of every storage the ops create, as the CUDA caching allocator would count them.
 
-    ``budget``: the bytes the allocator may hold; the first allocation beyond it is recorded in
+    ``rounding``: what an allocation of n bytes books (default: CUDA's 512-byte blocks; ``int`` for
+    exact bytes, as the CPU allocator). ``budget``: the bytes the allocator may hold; the first allocation beyond it is recorded in
     ``failing`` (the "Tried to allocate" of the OOM message), and tracking goes on to the full peak.
     """
 
-    def __init__(self, vocab_size: int | None = None, budget: int | None = None):
+    def __init__(self, vocab_size: int | None = None, budget: int | None = None, rounding=block_size):
         super().__init__()
+        self.rounding = rounding  # bytes booked for a storage of n bytes (CUDA's 512-byte blocks)
         self.vocab_size = vocab_size
         self.budget = budget
         self.live: dict[int, _Live] = {}  # storages that may die while tracking: swept
@@ -61,12 +63,22 @@ class AllocationTracker(TorchDispatchMode):
         self.grads_of: list[torch.nn.Parameter] = []
         self.weight_keys: set[int] = set()
         self.tag_new = None  # overrides the tag of new storages (e.g. "optimizer_state")
+        self.forwards = 0  # model forwards so far (counted by the caller); the failing one is recorded
+        self.failing_forward = None
         self._pending = False  # a peak whose picture is not taken yet
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
         for t in _plain(tensors):
+            before = self.current
             key = self._add(t, tag, kept=tag in KEPT)
+            added = self.current - before
+            if self.budget is not None and self.failing is None and added > 0 and self.current > self.budget:
+                # the state itself does not fit (weights, AdamW state): the failure is here, within
+                # the budget, not at the next op with more than the budget "already allocated"
+                dtype = str(t.dtype).replace("torch.", "")
+                self.failing = Allocation(added, tag, tuple(t.shape), dtype)
+                self.allocated_at_failure = before
             if tag == "weights" and key is not None:
                 self.weight_keys.add(key)
 
@@ -82,7 +94,7 @@ class AllocationTracker(TorchDispatchMode):
                 return None
             owner = self.live if ref.cdata in self.live else self.kept
             self.current -= owner.pop(ref.cdata).nbytes  # a dead storage's address, reused
-        nbytes = block_size(storage.nbytes()) if storage.nbytes() else 0
+        nbytes = self.rounding(storage.nbytes()) if storage.nbytes() else 0
         (self.kept if kept else self.live)[ref.cdata] = _Live(ref, nbytes, tag)
         self.current += nbytes
         return ref.cdata
@@ -111,7 +123,7 @@ class AllocationTracker(TorchDispatchMode):
         entry = self._entry(StorageWeakRef(storage).cdata)
         if entry is None or entry.ref.expired():
             return
-        nbytes = block_size(storage.nbytes()) if storage.nbytes() else 0
+        nbytes = self.rounding(storage.nbytes()) if storage.nbytes() else 0
         grown = nbytes - entry.nbytes
         if grown > 0 and self._may_cross(grown):
             self._sweep()
@@ -166,7 +178,7 @@ class AllocationTracker(TorchDispatchMode):
             entry = self._entry(StorageWeakRef(storage).cdata)
             if entry is not None and not entry.ref.expired():
                 continue  # a view, or an in-place result
-            nbytes = block_size(storage.nbytes())
+            nbytes = self.rounding(storage.nbytes())
             if self._may_cross(nbytes):
                 # frees happen between ops and are counted lazily: settle them before deciding
                 self._sweep()
@@ -176,6 +188,7 @@ class AllocationTracker(TorchDispatchMode):
             if self.budget is not None and self.failing is None and self.current + nbytes > self.budget:
                 self.failing = alloc
                 self.allocated_at_failure = self.current
+                self.failing_forward = self.forwards or None
             self._add(t, self._tag(func, t, args))
             if self.largest is None or nbytes > self.largest.nbytes:
                 self.largest = alloc
