@@ -1,7 +1,11 @@
 """MkDocs hooks of the site (``hooks:`` in mkdocs.yml).
 
-Two jobs:
+Jobs:
 
+* **Where each snippet goes.** Before every fence that includes a snippet
+  (``--8<-- "snippets/<page>/<file>"``), the hook puts the snippet's "where this goes" line,
+  in the page's language, from ``snippets/placement.toml`` (see :mod:`oomguide.placement`),
+  the same data the examples use to apply the snippet to nanoGPT.
 * **Figures.** Every page's Markdown goes through :func:`oomguide.figures.render`, so a
   ``{{ key }}`` placeholder becomes the figure the examples computed, formatted for the
   page's language. A missing figure fails the build with the file and the key.
@@ -34,7 +38,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
-from oomguide import figures
+from oomguide import figures, placement
 
 DEFAULT_LANG = "en"
 
@@ -51,9 +55,36 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return markdown  # a notebook computes its numbers itself, executed at every build
     lang, stem = page_lang_and_stem(page.file.src_uri)
     try:
+        markdown = add_placements(markdown, lang)
         return figures.render(markdown, stem, lang)
-    except figures.FigureError as err:
+    except (figures.FigureError, placement.PlacementError) as err:
         raise PluginError(f"docs/{page.file.src_uri}: {err}") from err
+
+
+_INCLUDE = re.compile(
+    r"""^(?P<indent>[ \t]*)--8<--[ \t]+["']snippets/(?P<path>[^"':]+)(?::[^"']*)?["'][ \t]*$"""
+)
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(```|~~~)")
+
+
+def add_placements(markdown: str, lang: str) -> str:
+    """Put each included snippet's "where this goes" line just above its fence."""
+    lines = markdown.split("\n")
+    if not any(_INCLUDE.match(line) for line in lines):
+        return markdown
+    places = placement.load()
+    out: list[str] = []
+    for line in lines:
+        found = _INCLUDE.match(line)
+        if found and out and _FENCE.match(out[-1]):
+            rel = found["path"]
+            if rel not in places:
+                raise placement.PlacementError(f"snippets/{rel} has no placement in snippets/placement.toml")
+            indent = _FENCE.match(out[-1])["indent"]
+            text = placement.describe(places[rel], lang, places)
+            out[-1:-1] = [f"{indent}{text}", f"{indent}{{: .oomguide-where }}", ""]
+        out.append(line)
+    return "\n".join(out)
 
 
 # --- notebooks -------------------------------------------------------------------------
