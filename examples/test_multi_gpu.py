@@ -11,6 +11,7 @@ cannot run DDP on a CPU as it stands: it pins every rank to ``cuda:LOCAL_RANK`` 
 ``device_ids`` to DDP, which a CPU module refuses. The harness, not the snippet, changes that: in
 the copy, the two device lines keep the configured ``device='cpu'``, and a small launcher around
 train.py drops ``device_ids`` for a CPU module and records what DDP and fully_shard were given.
+The snippets themselves go where ``snippets/placement.toml`` says, through ``oomguide.placement``.
 """
 
 from __future__ import annotations
@@ -23,18 +24,19 @@ import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from oomguide import placement
 from oomguide.config import load_config
 from oomguide.memory import distributed, parse_size, predict
 from oomguide.memory.models import ModelSource
 
 ROOT = Path(__file__).resolve().parents[1]
+PLACEMENTS = placement.load()
 CARD_24GB = parse_size("23.69GiB")  # what PyTorch reports for a 24 GB card
 WORLD_SIZES = (2, 4, 8)
 # config/finetune_shakespeare.py: gpt2-xl, one sequence per micro-step, 32 micro-steps
@@ -212,27 +214,27 @@ def _nanogpt() -> Path:
     return path
 
 
-def _place(text: str, target: str, snippet_text: str, how: str) -> str:
-    """Put `snippet_text` at the one line of `text` that reads `target`: replacing it, or just before it."""
-    lines = text.splitlines(keepends=True)
+def _place(text: str, target: str, replacement: str) -> str:
+    """The harness's own change: `replacement` for the one line of train.py that reads `target`."""
+    lines = text.split("\n")
     hits = [i for i, line in enumerate(lines) if line.strip() == target]
     assert len(hits) == 1, f"{target!r} is in train.py {len(hits)} times"
-    i = hits[0]
-    indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
-    block = textwrap.indent(snippet_text.rstrip("\n") + "\n", indent)
-    lines[i : i + 1] = [block] if how == "replace" else [block, lines[i]]
-    return "".join(lines)
+    line = lines[hits[0]]
+    lines[hits[0]] = line[: len(line) - len(line.lstrip())] + replacement
+    return "\n".join(lines)
 
 
-def _run(tmp_path: Path, command: list[str], changes: list[tuple[str, str, str]]) -> tuple[list[dict], str]:
-    """Copy nanoGPT, apply `changes` (snippet text, target line, how) to train.py, run `command` (torchrun ...)."""
+def _run(tmp_path: Path, command: list[str], snippets: list[str]) -> tuple[list[dict], str]:
+    """Copy nanoGPT, put `snippets` (and what they need) where snippets/placement.toml says, run `command`."""
     folder = tmp_path / "nanoGPT"
     shutil.copytree(_nanogpt(), folder, ignore=shutil.ignore_patterns(".git", "data"))
     train = (folder / "train.py").read_text()
     for target, replacement in HARNESS.items():
-        train = _place(train, target, replacement, "replace")
-    for snippet_text, target, how in changes:
-        train = _place(train, target, snippet_text, how)
+        train = _place(train, target, replacement)
+    for name in placement.expand(snippets, PLACEMENTS):
+        where = PLACEMENTS[name]
+        assert where.is_code and where.file == "train.py", name
+        train = placement.apply(where, (ROOT / "snippets" / name).read_text(), train)
     (folder / "train.py").write_text(train)
     (folder / "launch_cpu.py").write_text(LAUNCHER)
     data = folder / "data" / "tiny"
@@ -277,29 +279,21 @@ def test_ddp_launch_in_nanogpt(tmp_path, snippet):
 
 
 def test_bucket_view_in_nanogpt(tmp_path, snippet):
-    text = snippet.path("multi-gpu/bucket-view.py").read_text()
     launch = snippet.path("multi-gpu/ddp-launch.sh").read_text()
     records, output = _run(
         tmp_path,
         [*_torchrun(launch), "--dtype=float32"],
-        [(text, "model = DDP(model, device_ids=[ddp_local_rank])", "replace")],
+        ["multi-gpu/bucket-view.py"],
     )
     for record in records:
         assert record["ddp"] == [{"gradient_as_bucket_view": 1, "world_size": 2}]
     assert len(_losses(output)) == 3 and all(np.isfinite(_losses(output)))
 
 
-FSDP2 = [
-    ("multi-gpu/fsdp2.py", "model = DDP(model, device_ids=[ddp_local_rank])", "replace"),
-    ("multi-gpu/fsdp2-unwrap.py", "raw_model = model.module if ddp else model # unwrap DDP container if needed", "replace"),
-    ("multi-gpu/fsdp2-eval.py", "if iter_num % eval_interval == 0 and master_process:", "before"),
-]  # fmt: skip
-
-
 def test_fsdp2_in_nanogpt(tmp_path, snippet):
-    changes = [(snippet.path(name).read_text(), target, how) for name, target, how in FSDP2]
     launch = snippet.path("multi-gpu/ddp-launch.sh").read_text()
-    records, output = _run(tmp_path, [*_torchrun(launch), "--dtype=bfloat16"], changes)
+    # fsdp2-eval.py needs the other two: placement.toml applies all three
+    records, output = _run(tmp_path, [*_torchrun(launch), "--dtype=bfloat16"], ["multi-gpu/fsdp2-eval.py"])
     for record in records:
         assert record["ddp"] == []  # no DDP left
         assert record["fully_shard"] == 3  # 2 Blocks and the model
