@@ -292,8 +292,8 @@ def test_bucket_view_in_nanogpt(tmp_path, snippet):
 
 def test_fsdp2_in_nanogpt(tmp_path, snippet):
     launch = snippet.path("multi-gpu/ddp-launch.sh").read_text()
-    # fsdp2-eval.py needs the other two: placement.toml applies all three
-    records, output = _run(tmp_path, [*_torchrun(launch), "--dtype=bfloat16"], ["multi-gpu/fsdp2-eval.py"])
+    changes = ["multi-gpu/fsdp2.py", "multi-gpu/fsdp2-unwrap.py", "multi-gpu/fsdp2-eval.py"]
+    records, output = _run(tmp_path, [*_torchrun(launch), "--dtype=bfloat16"], changes)
     for record in records:
         assert record["ddp"] == []  # no DDP left
         assert record["fully_shard"] == 3  # 2 Blocks and the model
