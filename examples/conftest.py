@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import re
 import sys
 import warnings
@@ -45,10 +46,28 @@ def pytest_addoption(parser):
         help="the card to emulate: total memory as PyTorch reports it (default 11.69GiB, a 12 GB card)",
     )
     group.addoption(
+        "--nanogpt",
+        default=os.environ.get("OOMGUIDE_NANOGPT") or None,
+        metavar="PATH",
+        help="a nanoGPT checkout (or OOMGUIDE_NANOGPT=PATH): every snippet is applied to a copy of it, "
+        "as its page places it, and its own train.py is run (never modified in place)",
+    )
+    group.addoption(
         "--update-figures",
         action="store_true",
         help="write the figures the examples compute into examples/figures.json instead of checking them",
     )
+
+
+def pytest_configure(config):
+    path = config.getoption("--nanogpt", default=None)
+    if path:
+        from nanogpt_checkout import CheckoutError, check_checkout
+
+        try:
+            config._oomguide_nanogpt = check_checkout(path)
+        except CheckoutError as err:
+            raise pytest.UsageError(str(err)) from None
 
 
 def pytest_report_header(config):
@@ -245,6 +264,29 @@ class Runner:
 def runner(request, tmp_path_factory) -> Runner:
     text = request.config.getoption("--gpu-memory")
     return Runner(memory.parse_size(text), text, tmp_path_factory.mktemp("oomguide"))
+
+
+NANOGPT_MISSING = (
+    "needs a nanoGPT checkout: pytest examples --nanogpt PATH (or OOMGUIDE_NANOGPT=PATH); "
+    "CI passes --nanogpt ../shared/nanoGPT"
+)
+
+
+@pytest.fixture(scope="session")
+def nanogpt(request, tmp_path_factory):
+    """The reader's nanoGPT (``--nanogpt PATH``): snippets applied to copies, train.py run for real.
+
+    Tiny scale on the CPU, full scale on CUDA (see examples/nanogpt_checkout.py). Without a
+    checkout the tests that need one skip, naming the option.
+    """
+    source = getattr(request.config, "_oomguide_nanogpt", None)
+    if source is None:
+        pytest.skip(NANOGPT_MISSING)
+    from nanogpt_checkout import NanoGPT
+
+    checkout = NanoGPT(source, tmp_path_factory.mktemp("nanogpt"), cuda=memory.cuda_available())
+    yield checkout
+    checkout.close()
 
 
 @pytest.fixture

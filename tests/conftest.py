@@ -48,3 +48,12 @@ def site(site_build: SiteBuild) -> Path:
             f"mkdocs build --strict failed (exit {site_build.returncode}):\n{site_build.output[-4000:]}"
         )
     return site_build.site
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="re-record tests/golden/ (the outputs of oomguide explain and check) instead of comparing",
+    )

@@ -10,9 +10,16 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 
@@ -73,3 +80,116 @@ def test_check_names_the_torch_its_prediction_models(capsys):
 def test_check_says_when_torch_is_outside_the_range():
     assert "OUTSIDE the range oomguide is verified on (2.5-2.15)" in versions.line("2.4.1+cu121")
     assert versions.describe("2.16.0")["torch_verified"] is False
+
+
+# --- pip install . (not editable) ------------------------------------------------------------
+OOM_MESSAGE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.14 GiB. GPU 0 has a total capacity of "
+    "15.77 GiB of which 4.35 GiB is free. Including non-PyTorch memory, this process has 11.42 GiB memory in "
+    "use. Of the allocated memory 10.94 GiB is allocated by PyTorch, and 98.25 MiB is reserved by PyTorch "
+    "but unallocated.\n"
+)
+
+
+def _pip_config() -> dict[str, list[str]]:
+    """The running interpreter's pip configuration (files and PIP_* variables): key -> values."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=120
+    )
+    out: dict[str, list[str]] = {}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        out.setdefault(key.rsplit(".", 1)[-1], []).extend(value.strip().strip("'\"").split())
+    return out
+
+
+def _local(source: str) -> str | None:
+    """A wheel source on this machine (a folder, or a file:// URL of one), else None."""
+    path = source.removeprefix("file://") if source.startswith("file://") else source
+    return source if "://" not in path and Path(path).exists() else None
+
+
+def local_wheel_sources() -> list[str]:
+    """pip options that name only this machine's own wheel sources (PIP_FIND_LINKS, file:// indexes):
+    an install with them cannot download anything."""
+    config = _pip_config()
+    links = [s for s in config.get("find-links", []) if _local(s)]
+    indexes = [s for s in config.get("index-url", []) + config.get("extra-index-url", []) if _local(s)]
+    options = [arg for link in dict.fromkeys(links) for arg in ("--find-links", link)]
+    if not indexes:
+        return options + ["--no-index"]
+    options += ["--index-url", indexes[0]]
+    return options + [arg for index in indexes[1:] for arg in ("--extra-index-url", index)]
+
+
+def _run(args, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=900, **kwargs)
+
+
+def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
+    """Build the wheel from a copy of the sources, install it into a new venv from local wheels only
+    (torch and numpy at the versions running here), and run explain and check from outside the tree."""
+    start = time.perf_counter()
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    dist = tmp_path / "dist"
+    pip = [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check"]
+    built = _run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(tree)])
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = dist.glob("oomguide-*.whl")
+
+    # everything under src/oomguide is in the wheel: modules, catalogs, data files
+    package = ROOT / "src" / "oomguide"
+    wanted = {
+        f"oomguide/{p.relative_to(package).as_posix()}"
+        for p in package.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    }
+    with zipfile.ZipFile(wheel) as zf:
+        missing = sorted(wanted - set(zf.namelist()))
+    assert not missing, f"not in the wheel (add them to [tool.setuptools.package-data]): {missing}"
+
+    # a fresh venv; torch and numpy exactly as here, from this machine's wheels, nothing downloaded
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    pins = [f"torch=={torch.__version__}", f"numpy=={numpy.__version__}"]
+    installed = _run(
+        pip
+        + ["--python", str(python), "install", "--no-compile", "--quiet"]
+        + local_wheel_sources()
+        + pins
+        + [str(wheel)]
+    )
+    assert installed.returncode == 0, (
+        f"installing {wheel.name} with {pins} from local wheels only failed; this test needs torch and "
+        f"numpy's wheels on the machine (PIP_FIND_LINKS):\n{installed.stdout}{installed.stderr}"
+    )
+    install_seconds = time.perf_counter() - start
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    work = tmp_path / "elsewhere"  # not the repository: nothing can come from src/ or docs/
+    work.mkdir()
+    where = _run([str(python), "-c", "import oomguide; print(oomguide.__file__)"], cwd=work, env=env)
+    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout + where.stderr
+
+    (work / "oom.txt").write_text(OOM_MESSAGE, encoding="utf-8")
+    oomguide = str(venv / "bin" / "oomguide")
+    explained = _run([oomguide, "explain", "oom.txt", "--lang", "ja"], cwd=work, env=env)
+    assert explained.returncode == 0, explained.stdout + explained.stderr
+    assert "/ja/estimate-loss-oom/#reduce-batch-size" in explained.stdout
+    assert "6.14 GiB" in explained.stdout and "診断" in explained.stdout  # the Japanese words are there
+
+    check = [oomguide, "check", "--no-search", "--json"] + [f"--set={s}" for s in TINY]
+    checked = _run(check, cwd=work, env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    out = json.loads(checked.stdout)
+    assert out["torch_version"] == torch.__version__
+    assert "train_step" in out["phases"] and all(p["fits"] for p in out["phases"].values())
+    print(
+        f"pip install . into a fresh venv: build + install {install_seconds:.0f} s, "
+        f"total with explain and check {time.perf_counter() - start:.0f} s"
+    )

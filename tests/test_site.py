@@ -274,7 +274,7 @@ def snippet_files(root: Path) -> list[str]:
             if p.is_file()
             and "__pycache__" not in p.parts
             and p.suffix not in (".pyc",)
-            and p.name != ".gitkeep"
+            and p.name not in (".gitkeep", "placement.toml")
         )
         if base.is_dir()
         else []

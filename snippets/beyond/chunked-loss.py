@@ -1,4 +1,4 @@
-# model.py: compute lm_head and the loss in chunks of rows, so the (B*T, V) logits never exist
+# compute lm_head and the loss in chunks of rows, so the (B*T, V) logits never exist
 import torch
 
 LOSS_CHUNK_SIZE = 1024  # rows (token positions) of logits alive at a time
@@ -9,7 +9,6 @@ def chunk_loss_sum(lm_head, x, targets):
     return torch.nn.functional.cross_entropy(logits, targets, ignore_index=-1, reduction="sum")
 
 
-# replaces GPT.forward
 def forward(self, idx, targets=None):
     device = idx.device
     b, t = idx.size()

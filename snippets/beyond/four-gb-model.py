@@ -1,4 +1,4 @@
-# model.py: checkpointed Blocks and a chunked loss, for GPT-2 124M on a 4 GB card
+# checkpointed Blocks and a chunked loss, for GPT-2 124M on a 4 GB card
 import torch
 
 LOSS_CHUNK_SIZE = 1024  # rows (token positions) of logits alive at a time
@@ -9,7 +9,6 @@ def chunk_loss_sum(lm_head, x, targets):
     return torch.nn.functional.cross_entropy(logits, targets, ignore_index=-1, reduction="sum")
 
 
-# replaces GPT.forward
 def forward(self, idx, targets=None):
     device = idx.device
     b, t = idx.size()

@@ -1,2 +1,2 @@
-# train.py: the current spelling of the scaler line (no FutureWarning)
+# the current spelling of the scaler line (no FutureWarning)
 scaler = torch.amp.GradScaler('cuda', enabled=(dtype == 'float16'))

@@ -1,5 +1,4 @@
-# nanoGPT model.py: replace GPT.forward with this one (class GPT keeps everything else).
-# In training, each Block's activations are recomputed in backward instead of being kept.
+# in training, each Block's activations are recomputed in backward instead of being kept
 import torch
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint

@@ -1,7 +1,5 @@
 # ruff: noqa: F821
-# nanoGPT train.py: replace estimate_loss() with this one; it is called as before: losses = estimate_loss().
-# It reads train.py's model, ctx, get_batch and eval_iters, and one new setting: add
-# `eval_batch_size = 0` next to eval_iters (0: the whole batch at once), then set it in a config file.
+# reads train.py's model, ctx, get_batch, eval_iters and eval_batch_size
 import torch
 
 
@@ -16,9 +14,10 @@ def estimate_loss():
             chunk = eval_batch_size or X.size(0)
             total = 0.0
             for i in range(0, X.size(0), chunk):  # forward chunk sequences at a time
+                x, y = X[i : i + chunk], Y[i : i + chunk]
                 with ctx:
-                    logits, loss = model(X[i : i + chunk], Y[i : i + chunk])
-                total += loss.item() * logits.size(0)  # chunk mean, weighted by its size
+                    logits, loss = model(x, y)
+                total += loss.item() * x.size(0)  # chunk mean, weighted by its size
             losses[k] = total / X.size(0)  # the mean over the whole batch, as before
         out[split] = losses.mean()
     model.train()

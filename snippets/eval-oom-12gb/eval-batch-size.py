@@ -1,2 +1,2 @@
-# needs the new estimate_loss (estimate_loss_chunked.py); try 2 if 4 still runs out of memory
+# try 2 if 4 still runs out of memory
 eval_batch_size = 4  # sequences per forward in estimate_loss

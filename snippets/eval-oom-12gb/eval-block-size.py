@@ -1,2 +1,2 @@
-# needs the new get_batch (get_batch_eval_block.py); training keeps block_size
+# training keeps block_size
 eval_block_size = 512  # tokens per sequence in estimate_loss

@@ -1,7 +1,5 @@
 # ruff: noqa: F821
-# nanoGPT train.py: replace get_batch() with this one. It reads train.py's data_dir, batch_size,
-# block_size, device and device_type. Training calls stay get_batch('train'); in estimate_loss(),
-# call get_batch(split, eval_block_size) for BOTH splits, and add `eval_block_size = 512` to the config.
+# reads train.py's data_dir, batch_size, block_size, device and device_type
 import os
 
 import numpy as np
@@ -10,6 +8,8 @@ import torch
 
 def get_batch(split, length=None):
     length = length or block_size  # evaluation may ask for shorter sequences
+    if length > block_size:
+        raise ValueError(f"eval_block_size = {length} is longer than block_size = {block_size}")
     data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
     ix = torch.randint(len(data) - length, (batch_size,))
     x = torch.stack([torch.from_numpy(data[i : i + length].astype(np.int64)) for i in ix])

@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-search", action="store_true", help="skip the search for the largest batch_size")
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
-    from . import oom  # explain's arguments live with explain
+    from .explain import command as explain_command  # explain's arguments live with explain
 
     explain = sub.add_parser(
         "explain",
@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read a CUDA out-of-memory message and say which tensor it was, why it "
         "failed, and which section of the guide to read.",
     )
-    oom.add_arguments(explain)
+    explain_command.add_arguments(explain)
     return parser
 
 
@@ -276,9 +276,9 @@ def main(argv=None) -> int:
     try:
         if args.command == "check":
             return run_check(args)
-        from . import oom
+        from .explain import command as explain_command
 
-        return oom.run(args)
+        return explain_command.run(args)
     except (ConfigError, memory.MemoryError_, BadInput, ValueError, OSError) as exc:
         print(f"oomguide {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

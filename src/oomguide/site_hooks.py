@@ -1,7 +1,11 @@
 """MkDocs hooks of the site (``hooks:`` in mkdocs.yml).
 
-Two jobs:
+Jobs:
 
+* **Where each snippet goes.** Before every fence that includes a snippet
+  (``--8<-- "snippets/<page>/<file>"``), the hook puts the snippet's "where this goes" line,
+  in the page's language, from ``snippets/placement.toml`` (see :mod:`oomguide.placement`),
+  the same data the examples use to apply the snippet to nanoGPT.
 * **Figures.** Every page's Markdown goes through :func:`oomguide.figures.render`, so a
   ``{{ key }}`` placeholder becomes the figure the examples computed, formatted for the
   page's language. A missing figure fails the build with the file and the key.
@@ -14,6 +18,11 @@ Two jobs:
   static downloads (mkdocs-static-i18n issue #198). After it (priority -150), the notebook
   files, and their alternates for the language switcher, become documentation pages again
   at ``/<lang>/<stem>/`` (``/<stem>/`` for English).
+* **Notebooks executed in one kernel.** The languages' notebooks compute the same predictions;
+  the hook runs every language's code in one kernel, started in the background as the build
+  begins, each prediction computed once, and gives mkdocs-jupyter (``execute: false``) copies
+  with the outputs filled in; ``mkdocs serve`` keeps the outputs under a key of the code, the
+  engine's modules and the library versions (see below).
 
 The language and stem of a page come from its source path: with ``docs_structure:
 folder`` every page's ``file.src_uri`` is ``<lang>/<stem>.md`` (``en/index.md``,
@@ -23,18 +32,27 @@ formatted the English way, like its text.
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
+import hashlib
 import html as htmllib
+import importlib.metadata
+import importlib.util
+import json
 import os
 import posixpath
 import re
+import shutil
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
+import jinja2
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
-from oomguide import figures
+from oomguide import figures, placement
 
 DEFAULT_LANG = "en"
 
@@ -51,9 +69,36 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return markdown  # a notebook computes its numbers itself, executed at every build
     lang, stem = page_lang_and_stem(page.file.src_uri)
     try:
+        markdown = add_placements(markdown, lang)
         return figures.render(markdown, stem, lang)
-    except figures.FigureError as err:
+    except (figures.FigureError, placement.PlacementError) as err:
         raise PluginError(f"docs/{page.file.src_uri}: {err}") from err
+
+
+_INCLUDE = re.compile(
+    r"""^(?P<indent>[ \t]*)--8<--[ \t]+["']snippets/(?P<path>[^"':]+)(?::[^"']*)?["'][ \t]*$"""
+)
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(```|~~~)")
+
+
+def add_placements(markdown: str, lang: str) -> str:
+    """Put each included snippet's "where this goes" line just above its fence."""
+    lines = markdown.split("\n")
+    if not any(_INCLUDE.match(line) for line in lines):
+        return markdown
+    places = placement.load()
+    out: list[str] = []
+    for line in lines:
+        found = _INCLUDE.match(line)
+        if found and out and _FENCE.match(out[-1]):
+            rel = found["path"]
+            if rel not in places:
+                raise placement.PlacementError(f"snippets/{rel} has no placement in snippets/placement.toml")
+            indent = _FENCE.match(out[-1])["indent"]
+            text = placement.describe(places[rel], lang, places)
+            out[-1:-1] = [f"{indent}{text}", f"{indent}{{: .oomguide-where }}", ""]
+        out.append(line)
+    return "\n".join(out)
 
 
 # --- notebooks -------------------------------------------------------------------------
@@ -234,3 +279,240 @@ def on_post_build(config) -> None:
     cache_dir = Path(plugin.config["cache_dir"])
     if used is not None and cache_dir.is_dir():
         used.update(cache_dir.glob("*.json"))
+
+
+# --- notebooks executed once per build -------------------------------------------------------
+# mkdocs-jupyter would start a kernel per language (execute: true), and each would compute the same
+# full-scale predictions: the languages' notebooks differ only in their words (labels, printed
+# sentences). Instead, mkdocs.yml says `execute: false`, and as the build begins this hook starts
+# ONE kernel in the background that runs every language's code cells in turn (English first, as
+# the build goes), each in a fresh namespace, with `memory.predict` remembering its results by its
+# arguments: each prediction is computed once per build, whatever the number of languages. A
+# notebook page then gets a copy of its own notebook with its own outputs filled in, and
+# mkdocs-jupyter renders that. With mkdocs-jupyter's cache on (`mkdocs serve`), each language's
+# outputs are kept in .cache/oomguide-notebooks/ under a key made of its code cells, every module
+# of the oomguide that the kernel imports and the versions of torch, numpy and matplotlib: any
+# change to them executes the code again, so a figure is never stale. With the cache off (the
+# tests and .ci/run) every build executes.
+
+_EXECUTIONS: dict[str, Future] = {}  # key -> the outputs of each code cell of one notebook
+_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oomguide-notebooks")
+_TEMP: list[str] = []
+
+# run once in the kernel, before the first notebook (never shown on a page)
+_SETUP = """\
+def _remember(predict):
+    import functools
+    seen = {}
+
+    @functools.wraps(predict)
+    def remembered(*args, **kwargs):  # closures and local imports only: %reset clears the namespace
+        import copy
+        key = repr((args, sorted(kwargs.items())))
+        if key not in seen:
+            seen[key] = predict(*args, **kwargs)
+        return copy.deepcopy(seen[key])
+
+    return remembered
+
+
+import matplotlib as _matplotlib, matplotlib.pyplot as _plt
+from oomguide import memory as _memory
+_matplotlib._oomguide_rc = dict(_matplotlib.rcParams.copy())
+_memory.predict = _remember(_memory.predict)
+"""
+# run before each notebook: a fresh namespace, no figure left open, the kernel's own rcParams
+_RESET = """\
+get_ipython().run_line_magic("reset", "-f")
+import os as _os, matplotlib as _matplotlib, matplotlib.pyplot as _plt
+_plt.close("all")
+dict.update(_matplotlib.rcParams, _matplotlib._oomguide_rc)
+_os.chdir({cwd!r})
+"""
+
+
+def _cache_on(config) -> bool:
+    plugin = config.plugins.get("mkdocs-jupyter")
+    return bool(plugin and plugin.config.get("cache"))
+
+
+def _work_dir(config) -> Path:
+    """Where the executed copies (and, with the cache on, the outputs) live; never under docs/."""
+    if _cache_on(config):
+        return Path(config.config_file_path).parent / ".cache" / "oomguide-notebooks"
+    if not _TEMP:
+        _TEMP.append(tempfile.mkdtemp(prefix="oomguide-notebooks-"))
+        atexit.register(shutil.rmtree, _TEMP[0], True)
+    return Path(_TEMP[0])
+
+
+def _engine_digest() -> str:
+    """The content of every module of the oomguide package that a kernel started here imports."""
+    spec = importlib.util.find_spec("oomguide")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _versions() -> dict[str, str | None]:
+    out = {}
+    for name in ("torch", "numpy", "matplotlib"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _code_and_kernel(notebook: dict) -> tuple[list[str], str]:
+    code = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+    kernel = notebook.get("metadata", {}).get("kernelspec", {}).get("name") or "python3"
+    return code, kernel
+
+
+def _key(code: list[str], kernel: str, engine: str) -> str:
+    text = json.dumps({"code": code, "kernel": kernel, "engine": engine, "versions": _versions()})
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _execute(jobs: list[dict], kernel: str, timeout: int) -> None:
+    """Run the jobs' notebooks one after another in one kernel; resolve each job's future with the
+    outputs of its code cells as soon as they are there (and store them, with the cache on)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    def cell(source):
+        return nbformat.v4.new_code_cell(source)
+
+    nb = nbformat.v4.new_notebook(cells=[cell(_SETUP)])
+    nb.metadata["kernelspec"] = {"name": kernel, "display_name": kernel, "language": "python"}
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, record_timing=False)
+    try:
+        with client.setup_kernel(cwd=jobs[0]["cwd"]):
+            client.execute_cell(nb.cells[0], 0)
+            for job in jobs:
+                start = len(nb.cells)
+                nb.cells += [cell(_RESET.format(cwd=job["cwd"]))] + [cell(src) for src in job["code"]]
+                for index in range(start, len(nb.cells)):
+                    client.execute_cell(nb.cells[index], index)  # raises CellExecutionError on an error
+                outputs = json.loads(json.dumps([c.outputs for c in nb.cells[start + 1 :]]))
+                if job["store"] is not None:
+                    job["store"].parent.mkdir(parents=True, exist_ok=True)
+                    partial = job["store"].with_suffix(f".{os.getpid()}.tmp")
+                    partial.write_text(json.dumps(outputs), encoding="utf-8")
+                    os.replace(partial, job["store"])
+                job["future"].set_result(outputs)
+    except BaseException as exc:
+        for job in jobs:
+            if not job["future"].done():
+                job["future"].set_exception(exc)
+        raise
+
+
+def _notebook_sources(config) -> list[Path]:
+    """The notebooks under docs/, the default language's first, then in the order the build goes."""
+    patterns = _notebook_patterns(config)
+    docs = Path(config.docs_dir)
+    i18n = config.plugins.get("i18n")
+    order = [getattr(i18n, "default_language", None) or DEFAULT_LANG]
+    order += [lang for lang in getattr(i18n, "build_languages", None) or [] if lang not in order]
+    found = [
+        p
+        for p in sorted(docs.rglob("*.ipynb"))
+        if ".ipynb_checkpoints" not in p.parts and any(fnmatch.fnmatch(p.name, pat) for pat in patterns)
+    ]
+
+    def rank(path: Path):
+        lang = path.relative_to(docs).parts[0]
+        return (order.index(lang) if lang in order else len(order), path.as_posix())
+
+    return sorted(found, key=rank)
+
+
+def _start(config, paths: list[Path]) -> None:
+    """Start (once) the execution of the notebooks at `paths` whose outputs are not known yet."""
+    engine = _engine_digest()
+    groups: dict[str, list[dict]] = {}
+    for path in paths:
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        code, kernel = _code_and_kernel(notebook)
+        key = _key(code, kernel, engine)
+        if key in _EXECUTIONS:
+            continue
+        future: Future = Future()
+        _EXECUTIONS[key] = future
+        store = _work_dir(config) / "outputs" / f"{key}.json" if _cache_on(config) else None
+        if store is not None and store.exists():
+            future.set_result(json.loads(store.read_text(encoding="utf-8")))
+            continue
+        job = {"code": code, "cwd": str(path.parent), "store": store, "future": future}
+        groups.setdefault(kernel, []).append(job)
+    for kernel, jobs in groups.items():
+        _POOL.submit(_execute, jobs, kernel, 600)
+
+
+@event_priority(100)
+def on_pre_build(config) -> None:
+    """Start executing the notebooks' code while the rest of the site builds."""
+    plugin = config.plugins.get("mkdocs-jupyter")
+    if plugin is not None and plugin.config.get("execute"):
+        raise PluginError("mkdocs.yml: mkdocs-jupyter's execute must be false (site_hooks.py executes)")
+    _start(config, _notebook_sources(config))
+
+
+@event_priority(50)  # before mkdocs-jupyter (0) renders the page from page.file.abs_src_path
+def on_pre_page(page, config, files):
+    """Point a notebook page at a copy of its notebook with the outputs of its code filled in."""
+    if not isinstance(page.file, NotebookPage):
+        return page
+    source = getattr(page.file, "notebook_source", None) or page.file.abs_src_path
+    page.file.notebook_source = source
+    notebook = json.loads(Path(source).read_text(encoding="utf-8"))
+    code, kernel = _code_and_kernel(notebook)
+    key = _key(code, kernel, _engine_digest())
+    if key not in _EXECUTIONS:  # a notebook outside docs/, or changed since the build began
+        _start(config, [Path(source)])
+    try:
+        outputs = _EXECUTIONS[key].result()
+    except Exception as exc:  # a cell failed: the build fails, naming the notebook
+        raise PluginError(f"{source}: executing the notebook failed:\n{exc}") from exc
+    count = 0
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"] = outputs[count]
+            count += 1
+            cell["execution_count"] = count
+    lang, stem = page_lang_and_stem(page.file.src_uri)
+    executed = _work_dir(config) / "pages" / lang / f"{stem}.ipynb"
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(notebook, ensure_ascii=False, indent=1)
+    if not executed.exists() or executed.read_text(encoding="utf-8") != text:
+        executed.write_text(text, encoding="utf-8")
+    page.file.abs_src_path = str(executed)
+    return page
+
+
+# --- the theme's templates, compiled once for all languages ------------------------------------
+class _TemplateCache(jinja2.BytecodeCache):
+    """In memory: each language's build makes a new Jinja environment, which would compile every
+    template of the theme again; the bucket's checksum still catches a changed template."""
+
+    def __init__(self):
+        self.store: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket):
+        if bucket.key in self.store:
+            bucket.bytecode_from_string(self.store[bucket.key])
+
+    def dump_bytecode(self, bucket):
+        self.store[bucket.key] = bucket.bytecode_to_string()
+
+
+_TEMPLATES = _TemplateCache()
+
+
+def on_env(env, config, files):
+    env.bytecode_cache = _TEMPLATES
+    return env

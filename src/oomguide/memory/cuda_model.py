@@ -172,27 +172,43 @@ class CudaAutocast(TorchFunctionMode):
 
 @contextmanager
 def _recompute_under(ctx):
-    """Recompute oomguide.model's checkpointed Blocks (grad_checkpoint) under `ctx` in backward.
+    """Recompute checkpointed code under `ctx` in backward, however the model calls checkpoint.
 
     torch.utils.checkpoint re-enters torch.autocast for the recomputation, but not a TorchFunctionMode
     such as CudaAutocast: without this, the recomputed tensors come out float32 and checkpoint fails.
+    A model may call ``torch.utils.checkpoint.checkpoint`` or a name it imported
+    (``from torch.utils.checkpoint import checkpoint``), so the hook sits below both: the
+    non-reentrant path's generator (which takes the recomputation's context), and the reentrant
+    path's backward (which recomputes).
     """
-    from .. import model as model_module
+    import torch.utils.checkpoint as ckpt
 
-    original = model_module.checkpoint
-    original_torch = torch.utils.checkpoint.checkpoint  # code that calls torch.utils.checkpoint.checkpoint
-    if isinstance(ctx, CudaAutocast):
-        model_module.checkpoint = functools.partial(
-            original, context_fn=lambda: (nullcontext(), CudaAutocast(ctx.dtype))
-        )
-        torch.utils.checkpoint.checkpoint = functools.partial(
-            original_torch, context_fn=lambda: (nullcontext(), CudaAutocast(ctx.dtype))
-        )
+    if not isinstance(ctx, CudaAutocast):
+        yield
+        return
+    generator = ckpt._checkpoint_without_reentrant_generator
+    reentrant_backward = ckpt.CheckpointFunction.backward
+
+    def contexts():
+        return nullcontext(), CudaAutocast(ctx.dtype)
+
+    @functools.wraps(generator)
+    def with_autocast(fn, preserve_rng_state=True, context_fn=ckpt.noop_context_fn, *args, **kwargs):
+        if context_fn is ckpt.noop_context_fn:
+            context_fn = contexts
+        return generator(fn, preserve_rng_state, context_fn, *args, **kwargs)
+
+    def backward(bctx, *grads):
+        with CudaAutocast(ctx.dtype):
+            return reentrant_backward(bctx, *grads)
+
+    ckpt._checkpoint_without_reentrant_generator = with_autocast
+    ckpt.CheckpointFunction.backward = staticmethod(backward)
     try:
         yield
     finally:
-        model_module.checkpoint = original
-        torch.utils.checkpoint.checkpoint = original_torch
+        ckpt._checkpoint_without_reentrant_generator = generator
+        ckpt.CheckpointFunction.backward = staticmethod(reentrant_backward)
 
 
 def cuda_autocast_context(dtype: str):

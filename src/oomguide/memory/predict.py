@@ -17,7 +17,7 @@ from .. import loop
 from ..config import TrainConfig
 from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
-from .models import ModelSource
+from .models import MemoryError_, ModelSource
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
@@ -94,10 +94,13 @@ def _run_phase(
     batch_size: int,
     eval_iters: int = 1,
     stale_logits: bool = True,
+    probe_logits: bool = False,
     one_micro_step: bool = False,
 ):
     """Set up nanoGPT's state before `phase` (registering it with the tracker), then run the phase tracked.
 
+    `probe_logits`: take the stale logits from a forward of the model itself (a reader's model.py),
+    instead of assuming nanoGPT's (B, T, V).
     The train step runs at most two micro-steps: the second (gradients alive from the first) stands for
     every later one. `one_micro_step=True` runs that second micro-step alone, its gradients made
     beforehand: the same peak for half the work (the batch-size search runs many predictions).
@@ -128,8 +131,17 @@ def _run_phase(
     train_state = loop.TrainState(model, optimizer, _CudaScaler(config.dtype), ctx)
     if state == "training" and stale_logits:
         # FACTS 11: the last micro-step's logits are still referenced
-        train_state.logits = torch.empty(config.batch_size, block, vocab, dtype=stale_dtype)
-        tracker.register([train_state.logits], "logits_and_loss")
+        if probe_logits:
+            # a reader's model: what its forward really returns in training (a chunked loss may
+            # return None), computed without a graph, as the tensor train.py's `logits` holds
+            with torch.no_grad(), ctx:
+                returned = model(*_fake_batch(config.batch_size, block, vocab))[0]
+            train_state.logits = returned if isinstance(returned, torch.Tensor) else None
+            del returned  # train_state holds it, as train.py's global does, and lets it go alike
+        else:
+            train_state.logits = torch.empty(config.batch_size, block, vocab, dtype=stale_dtype)
+        if train_state.logits is not None:
+            tracker.register([train_state.logits], "logits_and_loss")
 
     if phase == "train_step":
 
@@ -240,19 +252,31 @@ def predict(
         model.train()
         model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
         run_config = config if batch_size is None else config.replace(batch_size=batch)
-        with _recompute_under(ctx):
-            _run_phase(
-                model,
-                run_config,
-                phase,
-                tracker,
-                state,
-                ctx,
-                batch,
-                eval_iters,
-                stale_logits,
-                one_micro_step=peak_only,
-            )
+        try:
+            with _recompute_under(ctx):
+                _run_phase(
+                    model,
+                    run_config,
+                    phase,
+                    tracker,
+                    state,
+                    ctx,
+                    batch,
+                    eval_iters,
+                    stale_logits,
+                    bool(source.path),
+                    one_micro_step=peak_only,
+                )
+        except Exception as exc:
+            if source.path is None:
+                raise
+            # a reader's model.py may do what fake tensors cannot (data-dependent code, .item() in
+            # the forward, a custom kernel): one line naming the file and the error
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise MemoryError_(
+                f"{source.path}: the model cannot run on fake tensors in {phase}: "
+                f"{exc.__class__.__name__}: {first}"
+            ) from None
     result = PhaseResult(
         phase=phase,
         mode="predicted",

@@ -70,7 +70,15 @@ class AllocationTracker(TorchDispatchMode):
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
         for t in _plain(tensors):
+            before = self.current
             key = self._add(t, tag, kept=tag in KEPT)
+            added = self.current - before
+            if self.budget is not None and self.failing is None and added > 0 and self.current > self.budget:
+                # the state itself does not fit (weights, AdamW state): the failure is here, within
+                # the budget, not at the next op with more than the budget "already allocated"
+                dtype = str(t.dtype).replace("torch.", "")
+                self.failing = Allocation(added, tag, tuple(t.shape), dtype)
+                self.allocated_at_failure = before
             if tag == "weights" and key is not None:
                 self.weight_keys.add(key)
 

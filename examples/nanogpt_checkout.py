@@ -1,0 +1,390 @@
+"""A reader's nanoGPT checkout, copied to a temporary folder, with snippets applied as placed.
+
+Used by the ``nanogpt`` fixture (``pytest examples --nanogpt PATH``, or ``OOMGUIDE_NANOGPT``):
+
+- :meth:`NanoGPT.run` copies the checkout, applies each snippet where ``snippets/placement.toml``
+  says (config lines into the config file, code into ``train.py``/``model.py`` at the named
+  function, method or line, shell snippets run in a shell), writes ``data/<dataset>/train.bin`` and
+  ``val.bin`` (np.uint16 tokens, and ``meta.pkl`` where needed), and runs nanoGPT's own ``train.py``
+  through ``nanogpt_run.py``, which records what happened (see there).
+- Scale: on the CPU, ``tiny`` — 2 layers, ``n_embd``, ``block_size`` and ``eval_block_size`` / 8,
+  ``gradient_accumulation_steps`` / 16, ``eval_iters`` / 50, a 256-token vocabulary through
+  ``meta.pkl`` (train.py reads ``vocab_size`` from it), two iterations with an evaluation before
+  each: the first ``estimate_loss()`` and a later one. Settings that do not cost memory or time
+  keep their values. On CUDA, ``full``: the config as written (eager, ``compile=False``), two
+  iterations, ``eval_iters=2`` (the peak does not depend on it).
+- Only the settings passed on the command line are scaled: the config files hold the snippets
+  exactly as the reader pastes them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pickle
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from oomguide import placement
+from oomguide.config import load_config
+
+HERE = Path(__file__).resolve().parent
+SNIPPETS = HERE.parent / "snippets"
+RUNNER = HERE / "nanogpt_run.py"
+TINY_VOCAB = 256
+CHAR_DATASETS = {"shakespeare_char": 65}  # datasets whose prepare.py writes a meta.pkl
+
+
+TRAIN_LINE = re.compile(r"^\s*python3?\s+train\.py\b.*$", re.M)
+
+
+def _text(rel: str) -> str:
+    return (SNIPPETS / rel).read_text(encoding="utf-8")
+
+
+def starts_training(rel: str) -> bool:
+    """A shell snippet that runs `python train.py ...` itself."""
+    return bool(TRAIN_LINE.search(_text(rel)))
+
+
+class CheckoutError(ValueError):
+    """A --nanogpt path that is not a nanoGPT checkout."""
+
+
+def check_checkout(path: str) -> Path:
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise CheckoutError(f"--nanogpt {path}: no such folder")
+    missing = [name for name in ("train.py", "model.py", "configurator.py") if not (root / name).is_file()]
+    if missing:
+        raise CheckoutError(f"--nanogpt {path}: not a nanoGPT checkout (no {', '.join(missing)})")
+    return root.resolve()
+
+
+@dataclass
+class Run:
+    """What one run of train.py did."""
+
+    folder: Path
+    rc: int
+    record: dict
+    output: str
+    snippets: list[str]  # every snippet applied, needs included
+    scale: str
+    expected: dict  # the settings train.py should end up with (config files, then the scaling)
+    configs: list[str]
+    requested: tuple[str, ...] = ()  # the snippets asked for (without what they need)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.record.get("error")
+
+    def explain(self) -> str:
+        return f"train.py in {self.folder} with {self.snippets} exited {self.rc}:\n{self.output[-3000:]}"
+
+    @property
+    def settings(self) -> dict:
+        """train.py's globals at the end of the run (its settings after config files and overrides)."""
+        return self.record.get("globals", {})
+
+    def forwards(self, training: bool) -> list[dict]:
+        return [f for f in self.record["forwards"] if f["training"] is training]
+
+    @property
+    def evaluations(self) -> list[list[dict]]:
+        """The eval forwards, grouped by estimate_loss() call."""
+        out: list[list[dict]] = []
+        for f in self.record["forwards"]:
+            if f["training"]:
+                continue
+            if f.get("eval_start") or not out:
+                out.append([])
+            out[-1].append(f)
+        return out
+
+    @property
+    def train_losses(self) -> list[float]:
+        """Each training micro-step's loss, as the forward returned it (before the division)."""
+        return [f["loss"] for f in self.forwards(True)]
+
+    @property
+    def estimates(self) -> list[tuple[int, float, float]]:
+        """(step, train loss, val loss) as train.py prints them after each estimate_loss()."""
+        out = []
+        for line in self.output.splitlines():
+            if line.startswith("step ") and "train loss" in line:
+                step, rest = line[5:].split(":", 1)
+                parts = dict(p.strip().rsplit(" ", 1) for p in rest.split(","))
+                out.append((int(step), float(parts["train loss"]), float(parts["val loss"])))
+        return out
+
+    @property
+    def recompute_factor(self) -> float:
+        """Block calls per Block per training forward: 1 plain, 2 when recomputed in backward."""
+        n = len(self.forwards(True)) * self.record["n_layer"]
+        return self.record["block_calls"]["training"] / n
+
+
+@dataclass
+class NanoGPT:
+    """The reader's checkout (never modified) and the runs made on copies of it."""
+
+    source: Path
+    tmp: Path
+    cuda: bool = False
+    workers: int = 2
+    runs: dict = field(default_factory=dict)
+    _idle: list = field(default_factory=list)
+    _pool: ThreadPoolExecutor | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _count: int = 0
+
+    # --- the copy ---------------------------------------------------------------------------
+    def copy(self, name: str) -> Path:
+        with self._lock:
+            self._count += 1
+            dest = self.tmp / f"{self._count:03d}-{name}"
+        shutil.copytree(
+            self.source,
+            dest,
+            ignore=shutil.ignore_patterns(".git", "__pycache__", "data", "out*", "*.bin", "*.pt", "*.ipynb"),
+        )
+        return dest
+
+    def apply(
+        self, folder: Path, snippets, placements=None, code: bool = True
+    ) -> tuple[list[str], list[str], list[str]]:
+        """Apply the snippets (and what they need) to the copy.
+
+        Returns (config files, shell/env snippets, every snippet applied). ``code=False``: the config
+        lines only, on nanoGPT's own train.py and model.py (stock nanoGPT, to compare with).
+        """
+        placements = placements or placement.load()
+        configs: list[str] = []
+        shell: list[str] = []
+        applied: list[str] = []
+        for rel in placement.expand(snippets, placements):
+            place = placements[rel]
+            if not code and place.kind != "config":
+                continue
+            applied.append(rel)
+            text = (SNIPPETS / rel).read_text(encoding="utf-8")
+            if place.kind == "config":
+                path = folder / place.file
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("a", encoding="utf-8") as f:
+                    f.write(text if text.endswith("\n") else text + "\n")
+                if place.file not in configs:
+                    configs.append(place.file)
+            elif place.is_code:
+                target = folder / place.file
+                target.write_text(placement.apply(place, text, target.read_text(encoding="utf-8")), "utf-8")
+            else:
+                shell.append(rel)
+        return configs, shell, applied
+
+    # --- data -------------------------------------------------------------------------------
+    def write_data(self, folder: Path, dataset: str, vocab: int | None, block: int) -> None:
+        """Tokens as nanoGPT's prepare.py writes them: np.uint16, train.bin and val.bin."""
+        data = folder / "data" / dataset
+        data.mkdir(parents=True, exist_ok=True)
+        high = vocab or 50257
+        rng = np.random.default_rng(0)
+        n = max(50_000, 40 * block)
+        rng.integers(0, high, n, dtype=np.uint16).tofile(data / "train.bin")
+        rng.integers(0, high, n // 2, dtype=np.uint16).tofile(data / "val.bin")
+        if vocab:
+            with open(data / "meta.pkl", "wb") as f:
+                pickle.dump({"vocab_size": vocab}, f)
+
+    # --- scale ------------------------------------------------------------------------------
+    def scale_args(
+        self, folder: Path, configs: list[str], scale: str, out_dir: Path, overrides=()
+    ) -> tuple[list[str], dict]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = load_config([folder / c for c in configs], list(overrides))
+        v = config.values
+        args = {
+            "max_iters": 1,
+            "eval_interval": 1,
+            "log_interval": 1,
+            "always_save_checkpoint": False,
+            "wandb_log": False,
+            "compile": False,
+            "out_dir": str(out_dir),
+        }
+        if scale == "tiny":
+            args.update(
+                device="cpu",
+                n_layer=min(v["n_layer"], 2),
+                n_embd=v["n_embd"] // 8,
+                block_size=max(8, v["block_size"] // 8),
+                gradient_accumulation_steps=max(1, v["gradient_accumulation_steps"] // 16),
+                eval_iters=max(1, v["eval_iters"] // 50),
+            )
+            if v.get("eval_block_size"):
+                args["eval_block_size"] = v["eval_block_size"] // 8
+        else:
+            args["eval_iters"] = 2
+        argv = [f"--{k}={val}" for k, val in args.items()]
+        return argv, dict(v, **args)
+
+    # --- running ----------------------------------------------------------------------------
+    def _take_server(self) -> subprocess.Popen:
+        """A runner process (torch imported once; a forked child per job), one per worker."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return subprocess.Popen(
+            [sys.executable, str(RUNNER), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        for server in self._idle:
+            if server.poll() is None:
+                server.stdin.close()
+                server.wait(timeout=60)
+        self._idle.clear()
+
+    def prefetch(self, jobs) -> None:
+        """Start runs in the background, `workers` at a time: [(snippets, kwargs), ...]."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers)
+        for snippets, kwargs in jobs:
+            self._future(tuple(snippets), **kwargs)
+
+    def _future(
+        self,
+        snippets: tuple[str, ...],
+        scale: str | None = None,
+        extra: tuple[str, ...] = (),
+        code: bool = True,
+        placements: dict | None = None,
+        background: bool = True,
+    ) -> Future:
+        scale = scale or ("full" if self.cuda else "tiny")
+        key = (snippets, scale, tuple(extra), code, id(placements) if placements else None)
+        with self._lock:
+            future = self.runs.get(key)
+            inline = future is None and not (background and self._pool is not None)
+            if future is None:
+                if inline:
+                    future = Future()
+                    future.set_running_or_notify_cancel()
+                else:
+                    future = self._pool.submit(self._execute, snippets, scale, extra, code, placements)
+                self.runs[key] = future
+        if inline:
+            try:
+                future.set_result(self._execute(snippets, scale, extra, code, placements))
+            except BaseException as exc:
+                future.set_exception(exc)
+        return future
+
+    def run(
+        self,
+        *snippets: str,
+        scale: str | None = None,
+        extra: tuple[str, ...] = (),
+        code: bool = True,
+        placements: dict | None = None,
+    ) -> Run:
+        """Apply `snippets` to a fresh copy and run train.py with the config file they fill.
+
+        `extra`: more --key=value arguments after the scaling ones. A shell snippet that starts
+        train.py itself runs in bash, with `python` meaning the instrumented runner. `code=False`:
+        stock nanoGPT with the same config lines. `placements`: other placements than the table's
+        (to show that a wrong one fails). Runs are cached by their arguments (and may have been
+        started in the background by :meth:`prefetch`).
+        """
+        return self._future(tuple(snippets), scale, extra, code, placements, background=False).result()
+
+    def _execute(self, snippets, scale, extra, code, placements) -> Run:
+        label = (Path(snippets[-1]).stem if snippets else "nanogpt") + ("" if code else "-stock")
+        folder = self.copy(label)
+        configs, shell, applied = self.apply(folder, snippets, placements, code)
+        # --key=value on a shell snippet's own `python train.py` line: part of what the reader runs
+        typed = [
+            arg[2:]
+            for rel in shell
+            for line in TRAIN_LINE.findall(_text(rel))
+            for arg in shlex.split(line)
+            if arg.startswith("--")
+        ]
+        argv_scale, values = self.scale_args(folder, configs, scale, folder / "out", typed)
+        for arg in extra:
+            k, _, v = arg[2:].partition("=")
+            try:
+                values[k] = ast.literal_eval(v)
+            except (ValueError, SyntaxError):
+                values[k] = v
+        vocab = TINY_VOCAB if scale == "tiny" else CHAR_DATASETS.get(values["dataset"])
+        self.write_data(folder, values["dataset"], vocab, values["block_size"])
+        record, output = folder / "oomguide-record.json", folder / "oomguide-output.txt"
+        tail = [*argv_scale, *extra]
+        if shell:
+            rc = self._run_shell(folder, shell, configs, tail, record, output)
+        else:
+            job = {
+                "cwd": str(folder),
+                "argv": ["train.py", *configs, *tail],
+                "record": str(record),
+                "output": str(output),
+            }
+            server = self._take_server()
+            try:
+                server.stdin.write(json.dumps(job) + "\n")
+                server.stdin.flush()
+                rc = json.loads(server.stdout.readline())["rc"]
+            finally:
+                with self._lock:
+                    self._idle.append(server)
+        data = json.loads(record.read_text()) if record.exists() else {"error": "no record", "forwards": []}
+        return Run(
+            folder, rc, data, output.read_text(errors="replace"), applied, scale, values, configs, snippets
+        )
+
+    def _run_shell(self, folder, shell, configs, tail, record, output) -> int:
+        """Shell snippets, sourced in bash as the reader types them; `python` runs the instrumented runner."""
+        bindir = folder / ".oomguide-bin"
+        bindir.mkdir()
+        shim = bindir / "python"
+        shim.write_text(
+            "#!/bin/sh\n"
+            f'exec {shlex.quote(sys.executable)} {shlex.quote(str(RUNNER))} {shlex.quote(str(record))} "$@" '
+            + " ".join(shlex.quote(a) for a in tail)
+            + "\n"
+        )
+        shim.chmod(0o755)
+        script = [f'export PATH={shlex.quote(str(bindir))}:"$PATH"']
+        runs_train = False
+        for rel in shell:
+            script.append(f". {shlex.quote(str(SNIPPETS / rel))}")
+            runs_train |= starts_training(rel)
+        if not runs_train:
+            script.append("python train.py " + " ".join(shlex.quote(c) for c in configs))
+        with open(output, "w") as out:
+            proc = subprocess.run(
+                ["bash", "-e", "-c", "\n".join(script)],
+                cwd=folder,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=600,
+            )
+        return proc.returncode

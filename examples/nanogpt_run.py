@@ -1,0 +1,164 @@
+"""Run nanoGPT's own train.py, with instrumentation around it and never inside it.
+
+    python nanogpt_run.py RECORD.json train.py [config files and --key=value ...]
+    python nanogpt_run.py --serve      # jobs from stdin, one JSON object a line; a forked child each
+
+Run in a nanoGPT checkout (the working directory). Before train.py starts, the checkout's
+``model.py`` is imported and its classes are wrapped: ``GPT.forward`` (shapes in and out, the loss,
+whether train.py's module-level ``logits`` is still alive when an evaluation starts), ``Block.forward``
+(how often Blocks run: twice per training forward when they are recomputed in backward) and
+``lm_head`` (rows per call: a chunked loss never sees all B*T rows at once). train.py then runs
+with ``runpy`` as ``__main__``, exactly as ``python train.py ...`` would run it, and the record is
+written as JSON: the forwards, the warnings, train.py's final settings and, on CUDA, the peak of
+``torch.cuda.max_memory_allocated`` up to the first training forward (the first evaluation) and
+over the whole run.
+
+``--serve`` imports torch once and forks a fresh child per job (``{"cwd", "argv", "record",
+"output"}``), so a test pays for train.py, not for ``import torch``; it answers each job with
+``{"rc": N}`` on one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import traceback
+import warnings
+
+import torch
+
+
+def _train_frame_globals():
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_code.co_filename.endswith("train.py"):
+            return frame.f_globals
+        frame = frame.f_back
+    return None
+
+
+def instrument(rec: dict) -> None:
+    import model as nanogpt_model  # the checkout's model.py, the module train.py imports next
+
+    GPT, Block = nanogpt_model.GPT, nanogpt_model.Block
+    plain_init, plain_forward, plain_block = GPT.__init__, GPT.forward, Block.forward
+    state = {"evaluating": False, "cuda": torch.cuda.is_available()}
+
+    def init(self, *args, **kwargs):
+        plain_init(self, *args, **kwargs)
+        rec["n_layer"] = len(self.transformer.h)
+
+        def rows(module, inputs, output):
+            x = inputs[0]
+            rec["lm_head"].append(
+                {"training": self.training, "grad": torch.is_grad_enabled(), "rows": x.numel() // x.size(-1)}
+            )
+
+        self.lm_head.register_forward_hook(rows)
+
+    def forward(self, idx, targets=None, *args, **kwargs):
+        evaluating = not self.training and not torch.is_grad_enabled() and targets is not None
+        entry = {"training": self.training, "grad": torch.is_grad_enabled(), "shape": list(idx.shape)}
+        if evaluating and not state["evaluating"]:  # the first forward of an evaluation
+            g = _train_frame_globals()
+            stale = None if g is None or "logits" not in g else g["logits"]
+            entry["eval_start"] = True
+            entry["stale_logits"] = list(stale.shape) if isinstance(stale, torch.Tensor) else stale
+            if state["cuda"]:
+                entry["allocated"] = torch.cuda.memory_allocated()
+        if self.training and state["cuda"] and not rec["peak_first_eval"]:
+            rec["peak_first_eval"] = torch.cuda.max_memory_allocated()
+        state["evaluating"] = evaluating
+        logits, loss = plain_forward(self, idx, targets, *args, **kwargs)
+        entry["logits"] = list(logits.shape) if isinstance(logits, torch.Tensor) else None
+        entry["loss"] = float(loss.detach()) if isinstance(loss, torch.Tensor) else None
+        rec["forwards"].append(entry)
+        return logits, loss
+
+    def block(self, x, *args, **kwargs):
+        key = "training" if self.training else "eval"
+        rec["block_calls"][key] += 1
+        return plain_block(self, x, *args, **kwargs)
+
+    GPT.__init__, GPT.forward, Block.forward = init, forward, block
+
+
+def plain_values(namespace: dict) -> dict:
+    return {
+        k: v
+        for k, v in namespace.items()
+        if not k.startswith("_") and isinstance(v, (int, float, bool, str)) and not isinstance(v, type)
+    }
+
+
+def run(record_path: str, argv: list[str]) -> int:
+    rec = {
+        "argv": argv,
+        "forwards": [],
+        "lm_head": [],
+        "block_calls": {"training": 0, "eval": 0},
+        "warnings": [],
+        "peak_first_eval": 0,
+        "error": None,
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "cuda_initialized_at_start": torch.cuda.is_initialized(),
+    }
+    sys.argv = list(argv)
+    sys.path.insert(0, os.getcwd())
+    torch.set_num_threads(int(os.environ.get("OOMGUIDE_THREADS", "1")))
+    rc = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            instrument(rec)
+            namespace = runpy.run_path(argv[0], run_name="__main__")
+            rec["globals"] = plain_values(namespace)
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 1
+        except BaseException as exc:  # the record says what failed; the traceback goes to stderr
+            traceback.print_exc()
+            rec["error"] = f"{exc.__class__.__name__}: {exc}"
+            rc = 1
+    rec["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        rec["peak"] = torch.cuda.max_memory_allocated()
+        rec["device"] = torch.cuda.get_device_name()
+    with open(record_path, "w", encoding="utf-8") as f:
+        json.dump(rec, f)
+    return rc
+
+
+def serve() -> None:
+    # what train.py and AdamW import (torch._dynamo takes seconds), loaded once before forking
+    import numpy  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch.optim  # noqa: F401
+
+    for line in sys.stdin:
+        job = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.chdir(job["cwd"])
+                os.environ.update(job.get("env", {}))
+                fd = os.open(job["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                code = run(job["record"], job["argv"])
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except BaseException:
+                traceback.print_exc()
+                code = 3
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        sys.exit(run(sys.argv[1], sys.argv[2:]))

@@ -1,0 +1,405 @@
+"""Every snippet of the guide, applied to a copy of the reader's nanoGPT and run with its own train.py.
+
+``pytest examples --nanogpt PATH`` (or ``OOMGUIDE_NANOGPT=PATH``; CI: ``../shared/nanoGPT``). Each
+snippet goes where ``snippets/placement.toml`` says — the line the pages print next to it — with
+everything it needs, and ``train.py`` runs two iterations with an evaluation before each (the first
+``estimate_loss()`` and a later one): tiny on the CPU, full scale on CUDA (examples/nanogpt_checkout.py).
+Each run is checked from the outside (examples/nanogpt_run.py records it):
+
+- every setting the config lines make is the one train.py ran with (scaled where the run is tiny);
+- training forwards have shape (batch_size, block_size), gradient_accumulation_steps of them per
+  iteration; each evaluation forwards 2 x eval_iters batches, in chunks of eval_batch_size and
+  eval_block_size tokens where the page's code changes are in;
+- what each code change claims: Blocks recomputed in backward, the loss in chunks with no full
+  logits, the stale logits gone before a later evaluation, the empty_cache() report before each
+  evaluation, no GradScaler FutureWarning, the allocator setting in the environment;
+- the losses equal stock nanoGPT's (the same config lines on unmodified train.py and model.py) where a
+  change claims to compute the same thing;
+- on CUDA, the measured peak against the prediction for the same patched model.py.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nanogpt_checkout import starts_training
+from oomguide import memory, placement
+from oomguide.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PLACEMENTS = placement.load()
+
+# run in nanoGPT with its train.py: config lines, code changes, environment settings, and the shell
+# lines that start train.py. The oomguide commands of index/ run in test_index_commands_in_nanogpt;
+# those typed in a checkout of oomguide (verify/, beyond/four-gb-run.sh) in test_site_snippets.py and
+# test_beyond.py; the other shell lines around a run (nvidia-smi, kill, ...) in their page's examples.
+IN_TRAIN = sorted(
+    s
+    for s, p in PLACEMENTS.items()
+    if p.kind != "shell" or (p.file == "nanogpt" and starts_training(s) and not s.startswith("index/"))
+)
+INDEX = sorted(s for s in PLACEMENTS if s.startswith("index/"))
+
+CHUNKED_EVAL = "eval-oom-12gb/estimate_loss_chunked.py"
+EVAL_BLOCK_CALL = "eval-oom-12gb/get-batch-eval-call.py"
+RECOMPUTED = {"eval-oom-12gb/checkpointed_forward.py", "beyond/four-gb-model.py"}
+CHUNKED_LOSS = {"beyond/chunked-loss.py", "beyond/four-gb-model.py"}
+LOSS_CHUNK_SIZE = 1024  # rows, as the chunked-loss snippets set it
+DROP_STALE = "beyond/drop-stale-logits.py"
+EMPTY_CACHE = "estimate-loss-oom/empty-cache.py"
+GRADSCALER = "estimate-loss-oom/gradscaler.py"
+# code changes that claim to compute what stock nanoGPT computes (the estimate with
+# eval_block_size set is a different estimate, on purpose)
+SAME_COMPUTATION = {
+    CHUNKED_EVAL,
+    "eval-oom-12gb/eval-batch-size-default.py",
+    "eval-oom-12gb/eval-block-size-default.py",
+    "eval-oom-12gb/get_batch_eval_block.py",
+    *RECOMPUTED,
+    *CHUNKED_LOSS,
+    DROP_STALE,
+    EMPTY_CACHE,
+    GRADSCALER,
+}
+
+# every combination the guide recommends, across pages too
+COMBINATIONS = {
+    "12gb-expected": ("estimate-loss-oom/expected.py",),
+    "12gb-expected-float16-scaler": (
+        "estimate-loss-oom/expected.py",
+        "estimate-loss-oom/float16.py",
+        GRADSCALER,
+    ),
+    "4070-recommended-checkpointed": (
+        "eval-oom-12gb/recommended.py",
+        "eval-oom-12gb/checkpointed_forward.py",
+    ),
+    "4070-source-corrected": ("eval-oom-12gb/source-combination.py",),
+    "eval-options-1-and-2": ("eval-oom-12gb/eval-batch-size.py", "eval-oom-12gb/eval-block-size.py"),
+    "4gb-recipe": ("beyond/four-gb-config.py",),
+    "chunked-loss-chunked-eval-no-stale": (
+        "beyond/chunked-loss.py",
+        "eval-oom-12gb/eval-batch-size.py",
+        DROP_STALE,
+    ),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# the checks every run gets
+# --------------------------------------------------------------------------------------------
+def assigned_keys(run) -> set[str]:
+    keys = set()
+    for rel in run.snippets:
+        if PLACEMENTS[rel].kind == "config":
+            namespace: dict = {}
+            exec((ROOT / "snippets" / rel).read_text(encoding="utf-8"), namespace)
+            keys |= {k for k in namespace if not k.startswith("__")}
+    return keys
+
+
+def check_settings(run):
+    """Each setting of the config lines (and of the scaling) is what train.py ran with."""
+    scaled = {a[2:].split("=", 1)[0] for a in run.record["argv"] if a.startswith("--")}
+    for key in sorted(assigned_keys(run) | scaled):
+        if key == "out_dir":
+            continue
+        assert run.settings.get(key) == run.expected[key], (
+            f"{key}: train.py ran with {run.settings.get(key)!r}, the config says {run.expected[key]!r}"
+        )
+
+
+def check_shapes(run):
+    e = run.expected
+    gas, batch, block = e["gradient_accumulation_steps"], e["batch_size"], e["block_size"]
+    train = run.forwards(True)
+    assert len(train) == 2 * gas, f"{len(train)} training forwards for 2 iterations of {gas} micro-steps"
+    assert {tuple(f["shape"]) for f in train} == {(batch, block)}
+    eval_batch = (run.settings.get("eval_batch_size") or batch) if CHUNKED_EVAL in run.snippets else batch
+    eval_block = (run.settings.get("eval_block_size") or block) if EVAL_BLOCK_CALL in run.snippets else block
+    chunks = [min(eval_batch, batch - i) for i in range(0, batch, eval_batch)]
+    assert len(run.evaluations) == 2, "an evaluation before each of the two iterations"
+    for evaluation in run.evaluations:
+        assert [f["shape"] for f in evaluation] == [[c, eval_block] for c in chunks] * (2 * e["eval_iters"])
+
+
+def check_claims(run):
+    applied = set(run.snippets)
+    if applied & RECOMPUTED:
+        assert run.recompute_factor == 2, "each Block runs again in backward"
+    else:
+        assert run.recompute_factor == 1
+    if applied & CHUNKED_LOSS:
+        rows = [c["rows"] for c in run.record["lm_head"] if c["training"] and c["grad"]]
+        bt = run.expected["batch_size"] * run.expected["block_size"]
+        assert max(rows) <= LOSS_CHUNK_SIZE < bt, f"lm_head saw {max(rows)} rows at once, of {bt}"
+        assert sum(rows) == 2 * len(run.forwards(True)) * bt  # forward + recomputation in backward
+        assert all(f["logits"] is None for f in run.record["forwards"] if f["loss"] is not None)
+    later = run.evaluations[1][0]
+    if DROP_STALE in applied or applied & CHUNKED_LOSS:
+        assert later["stale_logits"] is None, "no logits left over from training during estimate_loss()"
+    else:  # FACTS 11: stock train.py keeps the last micro-step's logits alive
+        assert later["stale_logits"] == [
+            *run.forwards(True)[-1]["shape"],
+            run.forwards(True)[-1]["logits"][-1],
+        ]
+    if EMPTY_CACHE in applied:
+        lines = [ln for ln in run.output.splitlines() if "empty_cache():" in ln or ln.startswith("step ")]
+        assert [ln.split(":")[0] for ln in lines] == [
+            "before empty_cache()",
+            "after empty_cache()",
+            "step 0",
+        ] + [
+            "before empty_cache()",
+            "after empty_cache()",
+            "step 1",
+        ]
+    scaler_warnings = [w for w in run.record["warnings"] if "FutureWarning" in w and "GradScaler" in w]
+    assert bool(scaler_warnings) is (GRADSCALER not in applied), run.record["warnings"]
+
+
+def check_against_stock(run, nanogpt):
+    """Where every code change claims the same computation, the losses are stock nanoGPT's."""
+    code = [s for s in run.snippets if PLACEMENTS[s].is_code]
+    if not code:
+        return
+    stock = nanogpt.run(*run.requested, code=False, scale=run.scale)
+    assert stock.ok, stock.explain()
+    assert run.train_losses == pytest.approx(stock.train_losses, rel=2e-5)
+    if set(code) <= SAME_COMPUTATION:
+        for mine, theirs in zip(run.estimates, stock.estimates, strict=True):
+            assert mine == pytest.approx(theirs, abs=2e-4), (run.estimates, stock.estimates)
+
+
+def check_peak(run, report):
+    """Full scale on CUDA: the measured peak against the prediction for the same patched model.py."""
+    if run.scale != "full":
+        return
+    config = load_config([run.folder / c for c in run.configs], [])
+    source = memory.load_model_source(run.folder / "model.py")
+    stale = DROP_STALE not in run.snippets
+    predicted = max(
+        memory.predict(config, "train_step", source=source, stale_logits=stale).peak_bytes,
+        memory.predict(config, "estimate_loss", source=source, stale_logits=stale).peak_bytes,
+    )
+    measured = run.record["peak"]
+    report(
+        f"nanoGPT {run.folder.name}: measured peak {memory.fmt_bytes(measured)} on {run.record['device']}, "
+        f"predicted {memory.fmt_bytes(predicted)}"
+    )
+    assert measured == pytest.approx(predicted, rel=0.1)
+
+
+def check_run(run, nanogpt, report):
+    assert run.ok, run.explain()
+    check_settings(run)
+    check_shapes(run)
+    check_claims(run)
+    check_against_stock(run, nanogpt)
+    check_peak(run, report)
+
+
+# --------------------------------------------------------------------------------------------
+# the tests
+# --------------------------------------------------------------------------------------------
+def has_code(snippets) -> bool:
+    return any(PLACEMENTS[s].is_code for s in placement.expand(snippets, PLACEMENTS))
+
+
+@pytest.fixture(scope="module")
+def ng(nanogpt, request):
+    """The nanogpt fixture, with the runs of this module's selected tests started in the background."""
+    selected = {item.name for item in request.session.items if item.module.__name__ == __name__}
+    wanted = [
+        *((f"test_snippet_in_nanogpt[{s}]", (s,)) for s in IN_TRAIN),
+        *((f"test_combination_in_nanogpt[{n}]", c) for n, c in sorted(COMBINATIONS.items())),
+    ]
+    jobs = []
+    for test, snippets in wanted:
+        if test in selected:
+            jobs.append((snippets, {}))
+            if has_code(snippets):
+                jobs.append((snippets, {"code": False}))
+    if "test_eval_batch_size_on_the_command_line" in selected:
+        jobs += [
+            ((CHUNKED_EVAL,), {"extra": ("--eval_batch_size=2",)}),
+            (("eval-oom-12gb/situation.py",), {"code": False, "extra": ("--eval_batch_size=2",)}),
+            (("eval-oom-12gb/eval-batch-size.py",), {"code": False, "extra": ("--eval_batch_size=2",)}),
+        ]
+    if "test_eval_block_size_longer_than_block_size_is_named" in selected:
+        jobs.append((("eval-oom-12gb/eval-block-size.py",), {"extra": ("--eval_block_size=4096",)}))
+    nanogpt.prefetch(jobs)
+    return nanogpt
+
+
+def test_every_snippet_has_a_placement():
+    files = sorted(
+        p.relative_to(ROOT / "snippets").as_posix()
+        for p in (ROOT / "snippets").rglob("*")
+        if p.is_file() and p.name != "placement.toml" and "__pycache__" not in p.parts
+    )
+    assert sorted(PLACEMENTS) == files
+
+
+@pytest.mark.parametrize("relative", IN_TRAIN)
+def test_snippet_in_nanogpt(ng, report, relative):
+    run = ng.run(relative)
+    check_run(run, ng, report)
+    if "PYTORCH_CUDA_ALLOC_CONF" in (ROOT / "snippets" / relative).read_text():  # it reaches train.py
+        assert run.record["alloc_conf"] == "expandable_segments:True"
+        assert run.record["cuda_initialized_at_start"] is False
+
+
+@pytest.mark.parametrize("name", sorted(COMBINATIONS))
+def test_combination_in_nanogpt(ng, report, name):
+    run = ng.run(*COMBINATIONS[name])
+    check_run(run, ng, report)
+    report(
+        f"nanoGPT combination {name}: {len(run.snippets)} snippets, train loss {run.train_losses[-1]:.4f}, "
+        f"estimates {run.estimates}"
+    )
+
+
+def test_eval_batch_size_on_the_command_line(ng):
+    """With the default line in train.py, --eval_batch_size=2 is a setting like any other (problem 7)."""
+    run = ng.run(CHUNKED_EVAL, extra=("--eval_batch_size=2",))
+    assert run.ok, run.explain()
+    assert {f["shape"][0] for e in run.evaluations for f in e} == {2}
+    # stock train.py: unknown on the command line ...
+    stock = ng.run("eval-oom-12gb/situation.py", code=False, extra=("--eval_batch_size=2",))
+    assert not stock.ok and "Unknown config key: eval_batch_size" in stock.output
+    # ... but accepted once a config file defines it, and then ignored: full batches
+    ignored = ng.run("eval-oom-12gb/eval-batch-size.py", code=False, extra=("--eval_batch_size=2",))
+    assert ignored.ok, ignored.explain()
+    assert {f["shape"][0] for e in ignored.evaluations for f in e} == {ignored.expected["batch_size"]}
+
+
+def test_eval_block_size_longer_than_block_size_is_named(ng):
+    run = ng.run("eval-oom-12gb/eval-block-size.py", extra=("--eval_block_size=4096",))
+    assert not run.ok
+    block = run.expected["block_size"]
+    assert f"ValueError: eval_block_size = 4096 is longer than block_size = {block}" in run.output
+
+
+def test_a_wrong_placement_fails(ng, report):
+    """The checks have teeth: a snippet put at a wrong target is caught, by the patcher or by the run."""
+    source = (ng.source / "train.py").read_text(encoding="utf-8")
+    text = (ROOT / "snippets" / DROP_STALE).read_text(encoding="utf-8")
+    # a target that is not in train.py: the patcher refuses
+    missing = placement.Placement(DROP_STALE, "before", "train.py", "losses = estimate_loss(model)")
+    with pytest.raises(placement.PlacementError, match="has no line"):
+        placement.apply(missing, text, source)
+    # one line too late: the run completes, but the stale logits are alive during the evaluation
+    late = dict(PLACEMENTS)
+    late[DROP_STALE] = placement.Placement(DROP_STALE, "after", "train.py", "losses = estimate_loss()")
+    run = ng.run(DROP_STALE, placements=late)
+    assert run.ok, run.explain()
+    with pytest.raises(AssertionError, match="no logits left over"):
+        check_claims(run)
+    report("nanoGPT: drop-stale-logits.py placed after estimate_loss() instead of before: caught")
+
+
+def test_index_commands_in_nanogpt(nanogpt, tmp_path):
+    """The home page's commands, run in the reader's checkout (its config/train_gpt2.py)."""
+    from test_site_snippets import OOM_MESSAGE
+
+    folder = nanogpt.copy("index")
+    (folder / "oom.txt").write_text(OOM_MESSAGE, encoding="utf-8")
+    (folder / "train.log").write_text("iter 0: loss 10.9876\n" + OOM_MESSAGE, encoding="utf-8")
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    for rel in INDEX:
+        for line in (ROOT / "snippets" / rel).read_text(encoding="utf-8").splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            proc = subprocess.run(
+                ["bash", "-o", "pipefail", "-c", line],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert proc.returncode in (0, 1) and proc.stdout.strip(), f"{rel}: {line}\n{proc.stderr}"
+
+
+@pytest.mark.parametrize("bad", ["missing", "empty"])
+def test_bad_nanogpt_path_is_a_usage_error(tmp_path, bad):
+    path = tmp_path / bad
+    if bad == "empty":
+        path.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "examples/test_nanogpt.py", "--co", "-q", "--nanogpt", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr
+    expected = "no such folder" if bad == "missing" else "not a nanoGPT checkout (no train.py, model.py"
+    assert f"--nanogpt {path}: {expected}" in errors[0]
+
+
+# --------------------------------------------------------------------------------------------
+# the figures: the patched nanoGPT model.py and the project's GPT agree within 1%
+# --------------------------------------------------------------------------------------------
+def stored(page: str, key: str) -> int:
+    from oomguide import figures
+
+    return figures.load()[page][key]["value"]
+
+
+FIGURES = [
+    # (model.py change, config snippets, phase, page, figure)
+    ((), ("eval-oom-12gb/situation.py",), "train_step", "eval-oom-12gb", "train_peak"),
+    ((), ("eval-oom-12gb/situation.py",), "estimate_loss", "eval-oom-12gb", "eval_peak"),
+    (
+        ("eval-oom-12gb/checkpointed_forward.py",),
+        ("eval-oom-12gb/situation.py",),
+        "train_step",
+        "eval-oom-12gb",
+        "ckpt_train_peak",
+    ),
+    (
+        ("beyond/four-gb-model.py",),
+        ("beyond/four-gb-config.py",),
+        "train_step",
+        "beyond",
+        "four_gb_peak_train_step",
+    ),
+    (
+        ("beyond/four-gb-model.py",),
+        ("beyond/four-gb-config.py",),
+        "estimate_loss",
+        "beyond",
+        "four_gb_peak_estimate_loss",
+    ),
+]
+
+
+@pytest.mark.parametrize("change, configs, phase, page, key", FIGURES, ids=[f[-1] for f in FIGURES])
+def test_figures_hold_on_the_patched_nanogpt_model(nanogpt, report, change, configs, phase, page, key):
+    folder = nanogpt.copy(f"model-{key}")
+    for rel in change:
+        target = folder / "model.py"
+        target.write_text(
+            placement.apply(
+                PLACEMENTS[rel], (ROOT / "snippets" / rel).read_text(encoding="utf-8"), target.read_text()
+            )
+        )
+    config = load_config([ROOT / "snippets" / c for c in configs], [])
+    source = memory.load_model_source(folder / "model.py")
+    theirs = memory.predict(config, phase, memory.DEFAULT_GPU_MEMORY, source=source).peak_bytes
+    ours = stored(page, key)
+    report(
+        f"nanoGPT model.py {'+ ' + ', '.join(change) if change else '(stock)'}: {phase} "
+        f"{memory.fmt_bytes(theirs)}, page {page}.{key} {memory.fmt_bytes(ours)}"
+    )
+    assert math.isclose(theirs, ours, rel_tol=0.01)

@@ -1,0 +1,124 @@
+"""``oomguide explain`` on the command line: its arguments, its input, its output.
+
+What it does: declares explain's arguments (cli.py builds the parser), reads the message from a
+file or stdin, loads the config, and prints the explanation as text or JSON. Exit codes are
+cli.py's: 0 explained, 2 bad input (one line naming the problem, raised as ExplainError).
+
+It must never parse a message, diagnose or word an explanation itself: that is formats,
+diagnosis and render.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from .. import memory
+from ..config import load_config
+from ..i18n import LANGS
+from .diagnosis import explain
+from .formats import ExplainError
+from .render import render
+
+
+def _size_arg(text: str) -> int:
+    import argparse
+
+    try:
+        return memory.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "file",
+        nargs="?",
+        default="-",
+        metavar="FILE",
+        help="a file with the message or the whole traceback, or - for stdin (default)",
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        dest="configs",
+        metavar="CONFIG",
+        help="the nanoGPT config file of the run (repeatable, applied in order): names the tensor and "
+        "predicts each phase",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting, like train.py's --key=value (repeatable)",
+    )
+    parser.add_argument(
+        "--gpu-memory",
+        type=_size_arg,
+        default=None,
+        metavar="SIZE",
+        help="the card to compare with and predict for (default: the total capacity in the message); "
+        "units GiB, GB, MiB, MB",
+    )
+    parser.add_argument(
+        "--lang", choices=LANGS, default="en", help="language of the explanation and the links"
+    )
+    parser.add_argument(
+        "--no-predict",
+        action="store_true",
+        help="with a config, skip the prediction of each phase (seconds; longer for big models)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def read_input(path: str) -> tuple[str, str]:
+    """(text, source name) of a file or stdin; one-line errors."""
+    if path == "-":
+        if sys.stdin is None:
+            raise ExplainError("no input: give a file or pipe the message into stdin")
+        if sys.stdin.isatty():
+            print("oomguide explain: paste the message, then Ctrl-D", file=sys.stderr)
+        return sys.stdin.read(), "stdin"
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ExplainError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise ExplainError(f"{path} is a directory, not a file") from None
+    except OSError as exc:
+        raise ExplainError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return data.decode("utf-8", errors="replace"), path
+
+
+def run(args) -> int:
+    text, source = read_input(args.file)
+    config, notes = None, []
+    if args.configs or args.set:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            config = load_config(args.configs, args.set)
+        notes = [str(w.message) for w in caught]
+
+    def progress(phase):
+        if not args.json and sys.stderr.isatty():
+            print(f"oomguide explain: predicting {phase} …", file=sys.stderr, flush=True)
+
+    result = explain(
+        text,
+        config,
+        gpu_memory=args.gpu_memory,
+        predict=not args.no_predict,
+        source=source,
+        progress=progress,
+    )
+    result.warnings = notes
+    if args.json:
+        print(json.dumps(result.to_json(args.lang), indent=2, ensure_ascii=False))
+    else:
+        print(render(result, args.lang))
+    return 0

@@ -1,0 +1,271 @@
+"""Why the memory ran out, and which sections of the guide fix it: the whole answer, as data.
+
+What it does: from a message's figures (``formats``), the tensors it matched (``tensors``) and, with
+a config, the model states and ``memory.predict``'s prediction of each phase, builds an
+:class:`Explanation`: diagnosis codes, the sections to read, and, when the prediction says the
+phase fits although the message says it did not, which of the message's figures explain the
+difference. ``Explanation.to_json`` is the ``--json`` output.
+
+Diagnosis, with T capacity, F free, P this process, A allocated, U reserved-but-unallocated,
+R = A + U reserved, X the request (thresholds below, as constants):
+
+- ``fragmentation``: U >= 1 % of T, and either F + U >= X (the memory was there, free or cached,
+  but not in one piece) or U >= 10 % of T;
+- ``other_processes``: O = T - F - P (other processes) >= 5 % of T, or O >= 1 % of T and F + O >= X
+  (closing them would have made room). Without P (formats before 2.1, or a container whose process
+  list lacks this process) O is estimated as T - F - R less 1 GiB for this process's CUDA context;
+- ``model_states_exceed_card`` (with a config): 16 bytes per parameter (float32 weights, gradients,
+  AdamW's exp_avg and exp_avg_sq) exceed what PyTorch can use of the card (``memory.usable_bytes``);
+  ``model_states_with_copies_exceed_card``: they fit alone, not with autocast's 16-bit weight copies;
+- ``too_little_memory``: F + U + O < X (nothing else would have made room), or no other code applies.
+
+It must never word anything for the reader (codes only; ``render`` words them) and never touch a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import memory
+from .formats import NoRequest, OOMFigures, detect_context, parse_message
+from .links import guide_url, page_path
+from .tensors import ACTIVATION_TENSORS, LOGITS_TENSORS, match_request
+
+GiB, MiB = memory.GiB, memory.MiB
+FRAGMENTATION_SHARE = 0.10  # U >= 10 % of the card: fragmentation whatever the request
+OTHER_PROCESSES_SHARE = 0.05  # O >= 5 % of the card: other processes matter
+MIN_SHARE = 0.01  # below 1 % of the card, U or O is noise
+OLD_FORMAT_CONTEXT_ALLOWANCE = 1 * GiB  # this process's own non-PyTorch memory, when the message does not say
+STATE_BYTES_PER_PARAMETER = 16  # float32 weight + gradient + AdamW exp_avg + exp_avg_sq
+CONFIG_KEYS = (
+    "batch_size",
+    "block_size",
+    "dtype",
+    "init_from",
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "vocab_size",
+    "eval_batch_size",
+    "eval_block_size",
+    "gradient_accumulation_steps",
+)
+
+
+def model_states(config, card_bytes: int) -> dict:
+    """Weights + gradients + AdamW state of the config's model against the card (counted on meta tensors)."""
+    import torch
+
+    from ..model import GPT
+
+    with torch.device("meta"):
+        model = GPT(config.gpt_config())
+    params = sum(p.numel() for p in model.parameters())
+    linear = {
+        id(p): p.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters()
+    }
+    copies = 0 if config.dtype == "float32" else 2 * sum(linear.values())  # autocast's cached 16-bit copies
+    states = STATE_BYTES_PER_PARAMETER * params
+    usable = memory.usable_bytes(card_bytes)
+    return {
+        "parameters": params,
+        "bytes_per_parameter": STATE_BYTES_PER_PARAMETER,
+        "states_bytes": states,
+        "autocast_copies_bytes": copies,
+        "dtype": config.dtype,
+        "card_bytes": card_bytes,
+        "usable_bytes": usable,
+        "context_bytes": memory.CONTEXT_BYTES,
+        "states_exceed_card": states > usable,
+        "with_copies_exceed_card": states + copies > usable,
+    }
+
+
+def other_processes(figs: OOMFigures) -> int:
+    """What other processes held: from the message, or estimated when it does not say (see above)."""
+    if figs.other_processes is not None:
+        return figs.other_processes
+    return max(0, figs.outside_pytorch - OLD_FORMAT_CONTEXT_ALLOWANCE)
+
+
+def diagnose(figs: OOMFigures, states: dict | None = None) -> list[str]:
+    T, F, X, U = figs.capacity, figs.free, figs.requested, figs.reserved_unallocated
+    codes = []
+    if states is not None:
+        if states["states_exceed_card"]:
+            codes.append("model_states_exceed_card")
+        elif states["with_copies_exceed_card"]:
+            codes.append("model_states_with_copies_exceed_card")
+    fragmentation = U >= MIN_SHARE * T and (F + U >= X or U >= FRAGMENTATION_SHARE * T)
+    other = other_processes(figs)
+    others = other >= OTHER_PROCESSES_SHARE * T or (other >= MIN_SHARE * T and F + other >= X)
+    if F + U + other < X or not (fragmentation or others):
+        codes.append("too_little_memory")
+    if fragmentation:
+        codes.append("fragmentation")
+    if others:
+        codes.append("other_processes")
+    return codes
+
+
+def disagreement(figs: OOMFigures, prediction: dict, context: str | None, card: int) -> dict | None:
+    """When the message failed in a phase the prediction says fits: the figures that explain why.
+
+    Each item is a code with its bytes: ``other_processes`` (memory the prediction counts as this
+    process's), ``fragmentation`` (reserved but unallocated), ``allocated_beyond_prediction`` (the
+    live tensors plus the request exceed the predicted peak: tensors the prediction does not know),
+    ``different_card`` (the prediction is for another card than the message's).
+    """
+    phases = prediction["phases"]
+    if context not in phases or not phases[context]["fits"]:
+        return None
+    peak = phases[context]["peak_bytes"]
+    T, U, A, X = figs.capacity, figs.reserved_unallocated, figs.allocated, figs.requested
+    items = []
+    if card != T:
+        items.append({"code": "different_card", "bytes": card, "message_bytes": T})
+    others = other_processes(figs)
+    if others >= MIN_SHARE * T:
+        room = memory.usable_bytes(T) - others
+        items.append(
+            {"code": "other_processes", "bytes": others, "room_bytes": room, "explains": peak > room}
+        )
+    if U >= MIN_SHARE * T:
+        items.append({"code": "fragmentation", "bytes": U})
+    if A + X > peak:
+        items.append({"code": "allocated_beyond_prediction", "bytes": A + X - peak, "message_bytes": A + X})
+    return {"phase": context, "predicted_peak_bytes": peak, "figures": items}
+
+
+def choose_sections(
+    codes: list[str], matches: list[dict], context: str | None
+) -> list[tuple[str, str | None]]:
+    picks: list[tuple[str, str | None]] = []
+    states_too_large = any(c.startswith("model_states") for c in codes)
+    if states_too_large:
+        picks += [
+            ("eval-oom-12gb", "smaller-n-embd"),
+            ("where-the-memory-goes", None),
+            ("multi-gpu", "gpt2-xl"),
+        ]
+    if "fragmentation" in codes:
+        picks.append(("estimate-loss-oom", "expandable-segments"))
+    if "other_processes" in codes:
+        picks.append(("estimate-loss-oom", "hardware-setup"))
+    fixes: list[
+        tuple[str, str | None]
+    ] = []  # what to make smaller, by where it ran out and what it asked for
+    tensors = {m["tensor"] for m in matches}
+    if states_too_large:
+        pass  # no batch size helps: the sections above are the fix
+    elif context == "estimate_loss":
+        fixes = [
+            ("estimate-loss-oom", "reduce-batch-size"),
+            ("eval-oom-12gb", "eval-batch-size"),
+            ("beyond", "chunked-loss"),
+            ("beyond", "drop-stale-logits"),
+        ]
+    elif tensors & set(LOGITS_TENSORS):
+        fixes = [("estimate-loss-oom", "reduce-batch-size"), ("beyond", "chunked-loss")]
+    elif tensors & set(ACTIVATION_TENSORS):
+        fixes = [("estimate-loss-oom", "reduce-batch-size"), ("eval-oom-12gb", "gradient-checkpointing")]
+    elif "too_little_memory" in codes or not picks:
+        fixes = [("estimate-loss-oom", "root-causes"), ("where-the-memory-goes", None)]
+    return list(dict.fromkeys(picks + fixes))
+
+
+NO_REQUEST_SECTIONS = [("estimate-loss-oom", "hardware-setup"), ("where-the-memory-goes", None)]
+
+
+@dataclass
+class Explanation:
+    figures: OOMFigures | NoRequest
+    messages_found: int
+    context: str | None
+    matches: list[dict]
+    matched_by: str  # "small", "config", "search", or "none" (a message without a request)
+    diagnosis: list[str]
+    sections: list[tuple[str, str | None]]
+    card_bytes: int | None
+    model_states: dict | None = None
+    prediction: dict | None = None
+    disagreement: dict | None = None
+    config: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def has_request(self) -> bool:
+        return isinstance(self.figures, OOMFigures)
+
+    def to_json(self, lang: str) -> dict:
+        out = {
+            "format": self.figures.format,
+            "messages_found": self.messages_found,
+            "context": self.context,
+            "figures": self.figures.to_json(),
+            "printed": self.figures.printed,
+            "matches": self.matches,
+            "matched_by": self.matched_by,
+            "diagnosis": self.diagnosis,
+            "links": [guide_url(p, a, lang) for p, a in self.sections],
+            "card_bytes": self.card_bytes,
+            "lang": lang,
+            "warnings": self.warnings,
+        }
+        if self.config is not None:
+            out["config"] = self.config
+            out["model_states"] = self.model_states
+        if self.prediction is not None:
+            out["prediction"] = self.prediction
+        if self.disagreement is not None:
+            out["disagreement"] = self.disagreement
+        out["link_paths"] = [page_path(p, a, lang) for p, a in self.sections]
+        return out
+
+
+def explain(
+    text: str,
+    config=None,
+    *,
+    gpu_memory: int | None = None,
+    predict: bool = True,
+    source: str = "the input",
+    progress=None,
+) -> Explanation:
+    """Read the OOM message in `text` and explain it (for a nanoGPT `config`, if given)."""
+    figs, found = parse_message(text, source)
+    context = detect_context(text)
+    if isinstance(figs, NoRequest):
+        card = gpu_memory or figs.capacity
+        return Explanation(figs, found, context, [], "none", ["no_request"], NO_REQUEST_SECTIONS, card)
+    matches, matched_by = match_request(figs, config)
+    card = gpu_memory or figs.capacity
+    states = model_states(config, card) if config is not None else None
+    codes = diagnose(figs, states)
+    result = Explanation(
+        figs,
+        found,
+        context,
+        matches,
+        matched_by,
+        codes,
+        choose_sections(codes, matches, context),
+        card,
+        model_states=states,
+    )
+    if config is not None:
+        result.config = {k: config.values[k] for k in CONFIG_KEYS}
+        result.config["sources"] = config.sources
+        if predict:
+            phases = {}
+            for phase in memory.PHASES:
+                if progress:
+                    progress(phase)
+                phases[phase] = memory.predict(config, phase, card).to_json()
+            result.prediction = {
+                "gpu_memory_bytes": card,
+                "usable_bytes": memory.usable_bytes(card),
+                "phases": phases,
+            }
+            result.disagreement = disagreement(figs, result.prediction, context, card)
+    return result

@@ -1,0 +1,292 @@
+"""An :class:`~oomguide.explain.diagnosis.Explanation` as text, in the reader's language.
+
+What it does: lays the answer out (figures read, which tensor, the prediction, the diagnosis, what
+to read next) with the sentences of ``words.TEXT`` translated through the catalogs
+(``oomguide.i18n``), numbers grouped as the language writes them, and sizes as PyTorch prints them
+(the same in every language, so that they can be found in the message).
+
+It must never compute a figure or a diagnosis (everything comes from the Explanation) and never
+hold a sentence of its own: a new sentence goes into ``words.py`` and the catalogs.
+"""
+
+from __future__ import annotations
+
+from .. import figures
+from ..i18n import gettext_for
+from .diagnosis import Explanation
+from .formats import format_size
+from .links import guide_url, page_path
+from .tensors import ITEMSIZE, SIXTEEN_BIT, TENSOR_NAMES
+from .words import TEXT
+
+
+def _int(n: int, lang: str) -> str:
+    return figures.format_figure(n, "int", lang)
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
+    """One line per dtype and vocab: its most plausible (batch, block), then the others of the same size.
+
+    A second vocab whose (batch, block) pairs are the same as the first's gets one short line.
+    """
+    t = gettext_for(lang)
+    groups: dict[tuple, list[dict]] = {}
+    for m in matches:
+        groups.setdefault((m["dtype"], m["vocab_size"]), []).append(m)
+    groups = dict(sorted(groups.items(), key=lambda kv: kv[0][0] != SIXTEEN_BIT))  # stable: vocab order kept
+    lines = []
+    shown: dict[str, list] = {}  # dtype -> pairs of the first vocab shown
+    for (dtype, vocab), items in groups.items():
+        first = items[0]
+        pairs = [(m["batch_size"], m["block_size"]) for m in items]
+        if shown.get(dtype) == pairs:
+            line = t(TEXT["search_vocab_too"]).format(
+                vocab=vocab,
+                batch=first["batch_size"],
+                block=first["block_size"],
+                nbytes=_int(first["bytes"], lang),
+            )
+            lines.append("    " + line)
+            continue
+        shown.setdefault(dtype, pairs)
+        key = "search_logits" if dtype == SIXTEEN_BIT else "search_logits_float32"
+        line = t(TEXT["search_group"]).format(
+            desc=t(TENSOR_NAMES[key]),
+            batch=first["batch_size"],
+            block=first["block_size"],
+            vocab=vocab,
+            itemsize=ITEMSIZE[dtype],
+            dtype=dtype,
+            nbytes=_int(first["bytes"], lang),
+            req=req,
+        )
+        lines.append("  - " + line)
+        if len(items) > 1:
+            others = ", ".join(f"{b} × {t}" for b, t in pairs[1:])
+            lines.append("    " + t(TEXT["search_also"]).format(pairs=others))
+    return lines
+
+
+def _figure_rows(result: Explanation, lang: str) -> list[str]:
+    t = gettext_for(lang)
+    figs = result.figures
+    fmt = format_size
+    rows = [
+        ("requested", figs.printed["requested"]),
+        ("capacity", figs.printed["capacity"]),
+        ("free", figs.printed["free"]),
+    ]
+    if figs.allowed is not None:
+        rows.append(("allowed", figs.printed["allowed"]))
+    if figs.in_use is not None:
+        rows.append(("in_use", figs.printed["in_use"]))
+    if figs.format != "short":  # the short form does not split this process's memory
+        rows.append(("allocated", figs.printed["allocated"]))
+    if figs.format not in ("short", "cudaMallocAsync"):  # neither says what is cached
+        rows.append(("reserved_unallocated", fmt(figs.reserved_unallocated)))
+    if figs.format == "pre-2.1":
+        rows.append(("reserved", figs.printed["reserved"]))
+    if figs.format == "1.0-1.3":  # "cached" is the unallocated part: the total is A + cached
+        rows.append(("reserved", fmt(figs.reserved)))
+    if figs.non_pytorch is not None and figs.format != "short":
+        rows.append(("non_pytorch", fmt(figs.non_pytorch)))
+    if figs.other_processes is not None:
+        rows.append(("other_processes", fmt(figs.other_processes)))
+    else:
+        rows.append(("outside_pytorch", fmt(figs.outside_pytorch)))
+    row = t(TEXT["label_value"])
+    lines = [f"  {row.format(label=t(TEXT[key]), value=value)}" for key, value in rows]
+    lines += [
+        f"  {row.format(label=t(TEXT['process']).format(pid=p['pid']), value=p['printed'])}"
+        for p in figs.processes
+    ]
+    return lines
+
+
+def _tensor_lines(result: Explanation, lang: str) -> list[str]:
+    t = gettext_for(lang)
+    req = result.figures.printed["requested"]
+    lines = []
+    if result.matched_by == "small":
+        lines.append("  " + t(TEXT["small_request"]).format(req=req))
+    elif result.matched_by == "config":
+        lines.append("  " + t(TEXT["is_size_of_config"]).format(req=req))
+        for m in result.matches:
+            shape = "(" + ", ".join(str(d) for d in m["shape"]) + ")"
+            line = t(TEXT["config_match"]).format(
+                desc=t(TENSOR_NAMES[m["tensor"]]),
+                shape=shape,
+                dtype=m["dtype"],
+                nbytes=_int(m["bytes"], lang),
+                req=req,
+            )
+            lines.append("  - " + line)
+    else:
+        if result.config is not None:
+            lines.append("  " + t(TEXT["config_no_match"]).format(req=req))
+        if result.matches:
+            if result.config is None:
+                lines.append("  " + t(TEXT["is_size_of"]).format(req=req))
+            lines += _search_lines(result.matches, lang, req)
+        else:
+            lines.append("  " + t(TEXT["no_match"]).format(req=req))
+    if result.config is None:
+        lines.append("  " + t(TEXT["hint_config"]))
+    return lines
+
+
+def _prediction_lines(result: Explanation, lang: str) -> list[str]:
+    t = gettext_for(lang)
+    fmt = format_size
+    req = result.figures.printed["requested"]
+    p = result.prediction
+    lines = [
+        "",
+        t(TEXT["h_prediction"]).format(card=fmt(p["gpu_memory_bytes"]), usable=fmt(p["usable_bytes"])),
+    ]
+    for phase, r in p["phases"].items():
+        if r["fits"]:
+            lines.append("  " + t(TEXT["pred_fits"]).format(phase=phase, peak=fmt(r["peak_bytes"])))
+        else:
+            fail = fmt(r["failing_allocation_bytes"])
+            line = t(TEXT["pred_no"]).format(
+                phase=phase, peak=fmt(r["peak_bytes"]), fail=fail, what=r["failing_allocation"]
+            )
+            same = t(TEXT["pred_same"]) if fail == req else t(TEXT["pred_diff"]).format(req=req)
+            lines.append(f"  {line} — {same}")
+    if all(r["fits"] for r in p["phases"].values()):
+        lines.append("  " + t(TEXT["pred_all_fit"]))
+    return lines
+
+
+def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
+    t = gettext_for(lang)
+    fmt = format_size
+    figs = result.figures
+    s = result.model_states
+    values = dict(
+        req=figs.printed["requested"],
+        capacity=figs.printed["capacity"],
+        free=figs.printed["free"],
+        allocated=figs.printed.get("allocated", fmt(figs.allocated)),
+        unalloc=fmt(figs.reserved_unallocated),
+        sum=fmt(figs.free + figs.reserved_unallocated),
+        outside=fmt(figs.outside_pytorch),
+        other=fmt(figs.other_processes or 0),
+        in_use=figs.printed.get("in_use", "?"),
+    )
+    if s is not None:
+        values.update(
+            params=_int(s["parameters"], lang),
+            states=fmt(s["states_bytes"]),
+            states_gb=_gb(s["states_bytes"]),
+            card=fmt(s["card_bytes"]),
+            card_gb=_gb(s["card_bytes"]),
+            usable=fmt(s["usable_bytes"]),
+            margin=fmt(max(0, s["usable_bytes"] - s["states_bytes"])),
+            dtype=s["dtype"],
+            copies=fmt(s["autocast_copies_bytes"]),
+            total=fmt(s["states_bytes"] + s["autocast_copies_bytes"]),
+        )
+    states_too_large = any(c.startswith("model_states") for c in result.diagnosis)
+    lines = []
+    for code in result.diagnosis:
+        if code == "other_processes":
+            key = "other_processes_d" if figs.other_processes is not None else "other_processes_old"
+        elif code == "too_little_memory" and states_too_large:
+            key = "too_little_memory_short"  # no batch-size advice: the model states are the problem
+        else:
+            key = code
+        lines.append("  - " + t(TEXT[key]).format(**values))
+        if code == "too_little_memory" and figs.requested > figs.capacity:
+            lines.append("    " + t(TEXT["too_little_huge"]).format(**values))
+    if s is not None and not states_too_large:
+        lines.append("  - " + t(TEXT["model_states_info"]).format(**values))
+    return lines
+
+
+def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
+    t = gettext_for(lang)
+    fmt = format_size
+    d, figs = result.disagreement, result.figures
+    lines = ["", t(TEXT["h_disagreement"])]
+    lines.append("  " + t(TEXT["dis_intro"]).format(phase=d["phase"], peak=fmt(d["predicted_peak_bytes"])))
+    for item in d["figures"]:
+        code = item["code"]
+        if code == "different_card":
+            text = t(TEXT["dis_card"]).format(card=fmt(item["bytes"]), capacity=figs.printed["capacity"])
+        elif code == "other_processes":
+            key = "dis_other_explains" if item["explains"] else "dis_other_partly"
+            text = t(TEXT[key]).format(other=fmt(item["bytes"]), room=fmt(item["room_bytes"]))
+        elif code == "fragmentation":
+            text = t(TEXT["dis_fragmentation"]).format(unalloc=fmt(item["bytes"]))
+        else:  # allocated_beyond_prediction
+            text = t(TEXT["dis_allocated"]).format(
+                allocated=figs.printed.get("allocated", fmt(figs.allocated)),
+                req=figs.printed["requested"],
+                total=fmt(item["message_bytes"]),
+                excess=fmt(item["bytes"]),
+            )
+        lines.append("  - " + text)
+    if not d["figures"]:
+        lines.append("  - " + t(TEXT["dis_none"]))
+    return lines
+
+
+def _link_lines(result: Explanation, lang: str) -> list[str]:
+    """Each section as its address and, beside it, its page in the repository (readable without a server)."""
+    t = gettext_for(lang)
+    return ["", t(TEXT["h_links"])] + [
+        f"  {guide_url(p, a, lang)}  {page_path(p, a, lang)}" for p, a in result.sections
+    ]
+
+
+def _render_no_request(result: Explanation, lang: str) -> str:
+    t = gettext_for(lang)
+    figs = result.figures
+    lines = [t(TEXT["title_no_request"]).format(format=figs.format)]
+    if result.messages_found > 1:
+        lines.append(t(TEXT["several"]).format(n=result.messages_found))
+    if result.context:
+        lines.append(t(TEXT[f"context_{result.context}"]))
+    lines += ["", t(TEXT["h_diagnosis"])]
+    if figs.format == "short":
+        lines.append(
+            "  "
+            + t(TEXT["short_no_request"]).format(
+                in_use=figs.printed["in_use"], capacity=figs.printed["capacity"], free=figs.printed["free"]
+            )
+        )
+    lines.append("  " + t(TEXT["no_request"]))
+    lines += ["", t(TEXT["h_checks"])]
+    checks = ["check_nvidia_smi", "check_mem_get_info", "check_weights", "check_launch_blocking"]
+    lines += ["  - " + t(TEXT[key]) for key in checks]
+    lines += _link_lines(result, lang)
+    return "\n".join(lines)
+
+
+def render(result: Explanation, lang: str = "en") -> str:
+    if not result.has_request:
+        return _render_no_request(result, lang)
+    t = gettext_for(lang)
+    figs = result.figures
+    lines = [t(TEXT["title"]).format(gpu=figs.gpu, format=figs.format)]
+    if result.messages_found > 1:
+        lines.append(t(TEXT["several"]).format(n=result.messages_found))
+    if result.context:
+        lines.append(t(TEXT[f"context_{result.context}"]))
+    for note in result.warnings:
+        lines.append(t(TEXT["note"]).format(note=note))
+    lines += ["", t(TEXT["h_figures"]), *_figure_rows(result, lang)]
+    lines += ["", t(TEXT["h_tensor"]), *_tensor_lines(result, lang)]
+    if result.prediction is not None:
+        lines += _prediction_lines(result, lang)
+    if result.disagreement is not None:
+        lines += _disagreement_lines(result, lang)
+    lines += ["", t(TEXT["h_diagnosis"]), *_diagnosis_lines(result, lang)]
+    lines += _link_lines(result, lang)
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""The English sentences of ``oomguide explain``: the message ids of its catalogs, by role.
+
+What it does: names each sentence explain prints by the role it plays (a heading, a row of figures,
+a diagnosis), so that ``render`` can pick it by key. Every string is marked with ``N_`` and is the
+msgid of locale/<lang>/LC_MESSAGES/explain.po; ``{names}`` are filled in by ``render``. Change a
+sentence here, then run ``python -m oomguide.i18n`` and translate what comes out empty or fuzzy.
+
+It must never hold a translation, format a figure, or decide which sentence applies.
+"""
+
+from __future__ import annotations
+
+from ..i18n import N_
+
+TEXT: dict[str, str] = {
+    "title": N_("CUDA out of memory on GPU {gpu} (message format: PyTorch {format})"),
+    "several": N_("{n} OOM messages in the input; explaining the last one."),
+    "context_estimate_loss": N_(
+        "The traceback passes through estimate_loss(): it ran out during evaluation."
+    ),
+    "context_train_step": N_("The traceback passes through backward(): it ran out in a training step."),
+    "context_generate": N_("The traceback passes through generate(): it ran out while generating."),
+    "note": N_("note: {note}"),
+    "h_figures": N_("Figures read"),
+    # one row of figures: a label and its value (the separator as the language writes it)
+    "label_value": N_("{label}: {value}"),
+    "requested": N_("requested (Tried to allocate)"),
+    "capacity": N_("total capacity"),
+    "free": N_("free"),
+    "allowed": N_("allowed (memory fraction)"),
+    "in_use": N_("in use by this process"),
+    "allocated": N_("allocated by PyTorch"),
+    "reserved_unallocated": N_("reserved by PyTorch, unallocated"),
+    "reserved": N_("reserved by PyTorch in total"),
+    "non_pytorch": N_("non-PyTorch memory of this process (in use − allocated − unallocated)"),
+    "other_processes": N_("used by other processes (capacity − free − in use)"),
+    "outside_pytorch": N_("outside PyTorch's allocator (capacity − free − reserved)"),
+    "process": N_("process {pid}"),
+    "h_tensor": N_("Which tensor"),
+    "small_request": N_(
+        "{req} is one of the allocator's smallest segments (a tensor under 1 MiB asks for 2 MiB, "
+        "under 10 MiB for 20 MiB): it names no particular tensor. The card was already full when "
+        "a small tensor was needed."
+    ),
+    "is_size_of": N_("{req} is the size of:"),
+    "is_size_of_config": N_("In this config, {req} is the size of:"),
+    "config_match": N_("{desc}: shape {shape}, {dtype}, {nbytes} bytes → {req}"),
+    "config_no_match": N_("None of this config's tensors prints as {req}; at other batch and block sizes:"),
+    "search_group": N_(
+        "{desc}: batch {batch} × block {block} × vocab {vocab} × {itemsize} bytes ({dtype}) = "
+        "{nbytes} bytes → {req}"
+    ),
+    "search_also": N_("same size: {pairs} (batch × block)"),
+    "search_vocab_too": N_(
+        "the same with vocab {vocab} (GPT-2 without padding), e.g. batch {batch} × block {block} "
+        "= {nbytes} bytes"
+    ),
+    "no_match": N_(
+        "{req} is not the size of a GPT-2 logits buffer (vocab 50304 or 50257, block 64–2048, batch 1–512)."
+    ),
+    "hint_config": N_(
+        "Pass your config (--config FILE, --set key=value) to compare with your model's "
+        "activations and weights and to predict each phase."
+    ),
+    "h_prediction": N_(
+        "Prediction for this config on a {card} card ({usable} for PyTorch after the CUDA context)"
+    ),
+    "pred_fits": N_("{phase}: predicted peak {peak}, fits"),
+    "pred_no": N_(
+        '{phase}: predicted peak {peak}, does not fit; the first allocation that fails: "Tried to '
+        'allocate {fail}" ({what})'
+    ),
+    "pred_same": N_("the same size as in this message"),
+    "pred_diff": N_("this message: {req}"),
+    "pred_all_fit": N_(
+        "Every phase fits this card in the prediction, yet the run ran out: something the "
+        "prediction does not model holds memory (torch.compile, other tensors of your script, "
+        "fragmentation, other processes), or the config differs from the run's."
+    ),
+    "h_diagnosis": N_("Diagnosis"),
+    "too_little_memory": N_(
+        "Too little memory: PyTorch's live tensors take {allocated} of the {capacity} card, and "
+        "the {req} request did not fit in what was left ({free} free, {unalloc} cached). Keep "
+        "less memory alive at once: a smaller batch, a shorter block, or a loss computed in "
+        "chunks."
+    ),
+    "too_little_memory_short": N_(
+        "Too little memory: PyTorch's live tensors take {allocated} of the {capacity} card, and "
+        "the {req} request did not fit in what was left ({free} free, {unalloc} cached)."
+    ),
+    "too_little_huge": N_(
+        "The request alone ({req}) is larger than the whole card ({capacity}): no allocator "
+        "setting helps; this tensor has to get smaller."
+    ),
+    "fragmentation": N_(
+        "Fragmentation: {unalloc} is reserved by PyTorch but unallocated, cached in pieces none "
+        "of which could hold {req} (free plus cached: {sum}). Set "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA is initialised; it reuses "
+        "that memory but does not create any."
+    ),
+    "other_processes_d": N_(
+        "Other processes hold {other} of this card (capacity − free − this process's {in_use}). "
+        "Close them (nvidia-smi lists them) or run on a GPU of your own."
+    ),
+    "other_processes_old": N_(
+        "{outside} of the card is not held by PyTorch in this process; apart from this process's "
+        "CUDA context (a few hundred MiB) that is other processes. Close them (nvidia-smi lists "
+        "them) or run on a GPU of your own."
+    ),
+    "model_states_exceed_card": N_(
+        "Model states too large: {params} parameters × 16 bytes (float32 weights, gradients, "
+        "AdamW's exp_avg and exp_avg_sq) = {states} ({states_gb}). The card has {card} "
+        "({card_gb}), of which PyTorch can use about {usable} after the CUDA context. This does "
+        "not fit before any activation, so no batch size helps: train a smaller model (n_layer, "
+        "n_embd) or use a card with more memory."
+    ),
+    "model_states_with_copies_exceed_card": N_(
+        "Model states fill the card: {params} parameters × 16 bytes (float32 weights, gradients, "
+        "AdamW's exp_avg and exp_avg_sq) = {states} ({states_gb}), which alone fits the {usable} "
+        "PyTorch can use of this {card} card, with {margin} to spare. With autocast's {dtype} "
+        "copies of the weights ({copies}, alive during forward and backward) it is {total}: more "
+        "than the card before any activation. A smaller batch cannot help: train a smaller model "
+        "(n_layer, n_embd) or use a card with more memory."
+    ),
+    "model_states_info": N_(
+        "Model states: {params} parameters × 16 bytes = {states} ({states_gb}) on a {card} card."
+    ),
+    "h_links": N_("Read next"),
+    # a message that asks for no size ("CUDA error: out of memory", or the short form alone)
+    "context_to_device": N_(
+        "The traceback passes through .to(device) or .cuda(): it ran out while moving tensors to the GPU."
+    ),
+    "title_no_request": N_("CUDA out of memory (message format: {format}), without a requested size"),
+    "no_request": N_(
+        "CUDA itself ran out of memory, outside PyTorch's caching allocator, so the message names no "
+        "tensor and no size. This happens while CUDA creates its context, loads kernels, or while a "
+        "library (cuBLAS, cuDNN, NCCL) allocates on its own; most often another process already holds "
+        "the card, and the run fails at model.to(device) or at its first CUDA call."
+    ),
+    "short_no_request": N_(
+        "The message gives the card's figures but not the size that was asked for: this process held "
+        "{in_use} of the {capacity} card, {free} was free."
+    ),
+    "h_checks": N_("What to check"),
+    "check_nvidia_smi": N_(
+        "nvidia-smi: which processes hold memory on this card. End those you no longer need "
+        "(kill <PID>), or choose a free card with CUDA_VISIBLE_DEVICES."
+    ),
+    "check_mem_get_info": N_(
+        "torch.cuda.mem_get_info() just before model.to(device): the free and total bytes as CUDA sees "
+        "them, before your model arrives."
+    ),
+    "check_weights": N_(
+        "If the card is free and it still fails at model.to(device), the weights alone do not fit: run "
+        "oomguide check with your config."
+    ),
+    "check_launch_blocking": N_(
+        "CUDA reports errors asynchronously: run once with CUDA_LAUNCH_BLOCKING=1 to see the line that "
+        "really failed."
+    ),
+    # when the prediction says the phase fits, yet the message failed in it
+    "h_disagreement": N_("Why the prediction and the message differ"),
+    "dis_intro": N_(
+        "The message failed in {phase}, but the prediction says {phase} fits (predicted peak {peak}). "
+        "The message's figures that explain the difference:"
+    ),
+    "dis_card": N_("the prediction is for a {card} card; the message's card has {capacity} (--gpu-memory)."),
+    "dis_other_explains": N_(
+        "other processes held {other} of the card. The prediction gives this process the whole card "
+        "less the CUDA context; without their memory about {room} was left for PyTorch, less than the "
+        "predicted peak: this alone explains the failure."
+    ),
+    "dis_other_partly": N_(
+        "other processes held {other} of the card, which left about {room} for PyTorch: still more "
+        "than the predicted peak, so this explains only part of the difference."
+    ),
+    "dis_fragmentation": N_(
+        "{unalloc} was reserved by PyTorch but unallocated (cached in pieces); the prediction assumes "
+        "no fragmentation."
+    ),
+    "dis_allocated": N_(
+        "PyTorch held {allocated} and asked for {req} more: {total}, {excess} beyond the predicted "
+        "peak. Tensors the prediction does not know about were alive: torch.compile's buffers, tensors "
+        "your script keeps, or a config that differs from the run's."
+    ),
+    "dis_none": N_(
+        "none of the message's figures explains it: check that the config you gave is the one the run used."
+    ),
+}

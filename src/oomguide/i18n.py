@@ -1,0 +1,130 @@
+"""The words oomguide prints in five languages: gettext catalogs, read with Babel.
+
+What it does: the code holds English sentences only, as gettext message ids (``_("Diagnosis")``
+where they are printed, ``N_("...")`` where they are defined apart from their use). Each other
+language has a catalog, ``locale/<lang>/LC_MESSAGES/<domain>.po`` in this package, that
+translators' tools (Poedit, Weblate, Lokalize) open; ``locale/<domain>.pot`` is the template they
+start a new language from. At run time a catalog is read straight from its ``.po`` file with Babel
+and compiled in memory, so there is no build step; ``pyproject.toml`` ships the files as package
+data. An untranslated or fuzzy entry falls back to English.
+
+Domains: ``explain`` (everything ``oomguide explain`` prints: the ``explain`` package) and
+``site`` (the words the site's hooks put on pages). ``DOMAINS`` says which source files feed which
+domain; tests/test_catalogs.py fails when a catalog lacks a message the code uses, keeps one the
+code no longer uses, or changes a message's ``{placeholders}``.
+
+After changing a sentence in the code: ``python -m oomguide.i18n`` re-extracts the templates and
+merges them into every catalog (new entries come out empty, changed ones fuzzy), then translate.
+
+It must never hold a translation itself, and never be needed to run anything but the printing.
+"""
+
+from __future__ import annotations
+
+import functools
+import gettext
+import io
+from pathlib import Path
+
+LANGS = ("en", "ja", "zh", "de", "fr")
+SOURCE_LANG = "en"
+PACKAGE = Path(__file__).resolve().parent
+LOCALE = PACKAGE / "locale"
+# domain -> source files (relative to the package) whose _() / N_() strings it holds
+DOMAINS: dict[str, tuple[str, ...]] = {
+    "explain": ("explain/*.py",),
+    "site": ("site_hooks.py", "placement.py"),
+}
+KEYWORDS = {"_": None, "N_": None}
+
+
+def N_(message: str) -> str:
+    """Marks `message` for the catalogs where it is defined; it is translated where it is printed."""
+    return message
+
+
+def po_path(lang: str, domain: str) -> Path:
+    return LOCALE / lang / "LC_MESSAGES" / f"{domain}.po"
+
+
+@functools.cache
+def translations(lang: str, domain: str) -> gettext.NullTranslations:
+    """The catalog of `lang` for `domain`, compiled in memory from its .po file."""
+    if lang not in LANGS:
+        raise ValueError(f"unknown language {lang!r} (known: {', '.join(LANGS)})")
+    if lang == SOURCE_LANG:
+        return gettext.NullTranslations()
+    from babel.messages.mofile import write_mo
+    from babel.messages.pofile import read_po
+
+    with po_path(lang, domain).open("rb") as f:
+        catalog = read_po(f, locale=lang, domain=domain)
+    buffer = io.BytesIO()
+    write_mo(buffer, catalog)  # fuzzy entries are left out: they fall back to English
+    buffer.seek(0)
+    return gettext.GNUTranslations(buffer)
+
+
+def gettext_for(lang: str, domain: str = "explain"):
+    """The ``_`` of `lang`: English message id in, translated sentence out."""
+    return translations(lang, domain).gettext
+
+
+# --------------------------------------------------------------------------------------------
+# keeping the catalogs in step with the code (translators' side; tests use extract())
+# --------------------------------------------------------------------------------------------
+def source_files(domain: str) -> list[Path]:
+    return sorted({p for pattern in DOMAINS[domain] for p in PACKAGE.glob(pattern) if p.is_file()})
+
+
+def extract(domain: str):
+    """The messages the code of `domain` uses, as a Babel catalog (the template)."""
+    from babel.messages.catalog import Catalog
+    from babel.messages.extract import extract_from_file
+
+    catalog = Catalog(project="oomguide", domain=domain, fuzzy=False)
+    for path in source_files(domain):
+        for lineno, message, comments, context in extract_from_file(
+            "python", str(path), keywords=KEYWORDS, comment_tags=("TRANSLATORS:",)
+        ):
+            catalog.add(
+                message,
+                locations=[(path.relative_to(PACKAGE).as_posix(), lineno)],
+                auto_comments=comments,
+                context=context,
+                flags=("python-brace-format",) if "{" in message else (),
+            )
+    return catalog
+
+
+def update() -> None:
+    """Write each domain's template and merge it into every language's catalog."""
+    from babel.messages.pofile import read_po, write_po
+
+    for domain in DOMAINS:
+        template = extract(domain)
+        if not len(template):
+            continue
+        LOCALE.mkdir(exist_ok=True)
+        with (LOCALE / f"{domain}.pot").open("wb") as f:
+            write_po(f, template, width=100)
+        for lang in LANGS:
+            if lang == SOURCE_LANG:
+                continue
+            path = po_path(lang, domain)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                with path.open("rb") as f:
+                    catalog = read_po(f, locale=lang, domain=domain)
+            else:
+                from babel.messages.catalog import Catalog
+
+                catalog = Catalog(locale=lang, domain=domain, project="oomguide")
+            catalog.update(template, no_fuzzy_matching=False)
+            with path.open("wb") as f:
+                write_po(f, catalog, width=100, ignore_obsolete=True)
+            print(f"{path.relative_to(PACKAGE)}: {len(catalog)} messages")
+
+
+if __name__ == "__main__":
+    update()

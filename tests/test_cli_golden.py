@@ -1,0 +1,177 @@
+"""`oomguide explain` and `oomguide check` print what they printed when the outputs were recorded.
+
+The recorded outputs live in tests/golden/: the messages explain reads (tests/golden/messages/,
+the messages of tests/test_explain.py, of the estimate-loss-oom page and of the home page's
+snippets), and for each case the exact stdout and exit code of the command, in every language, as
+text and as JSON. A change of wording, of a figure or of a link fails here with a diff.
+
+When a change of output is intended (a new sentence, a better prediction), re-record and commit the
+difference with the change, so that the review sees it:
+
+    pytest tests/test_cli_golden.py --update-golden
+
+Predictions are computed once per (config, phase, card) and shared by the languages and formats of
+a case, so that this module costs about as much as one `check` per config.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+
+from oomguide import memory
+from oomguide.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden"
+MESSAGES = GOLDEN / "messages"
+LANGS = ("en", "ja", "zh", "de", "fr")
+
+# explain: (message, variant name, extra arguments). Without a config, every message.
+ESTIMATE_LOSS_SITUATION = "snippets/estimate-loss-oom/situation.py"
+EVAL_12GB_SITUATION = "snippets/eval-oom-12gb/situation.py"
+EXPLAIN_CASES: list[tuple[str, str, tuple[str, ...]]] = [
+    (path.stem, "", ()) for path in sorted(MESSAGES.glob("*.txt"))
+] + [
+    ("article-estimate-loss", "estimate-loss-situation", ("--config", ESTIMATE_LOSS_SITUATION)),
+    ("article-estimate-loss", "eval-12gb-situation", ("--config", EVAL_12GB_SITUATION)),
+    ("issue88-394-pre2.1", "batch2-float16", ("--set", "batch_size=2", "--set", "dtype=float16")),
+    (
+        "issue88-6.14-eval",
+        "batch64-bf16-no-predict",
+        ("--set", "batch_size=64", "--set", "dtype=bfloat16", "--no-predict"),
+    ),
+    (
+        "gpt2xl-24gb",
+        "gpt2-xl-no-predict",
+        ("--set", "init_from=gpt2-xl", "--set", "batch_size=1", "--no-predict"),
+    ),
+    (
+        "gpt2xl-24gb",
+        "gpt2-xl-24GB-no-predict",
+        ("--set", "init_from=gpt2-xl", "--set", "batch_size=1", "--gpu-memory", "24GB", "--no-predict"),
+    ),
+]
+
+# check: (variant name, arguments)
+CHECK_CASES: list[tuple[str, tuple[str, ...]]] = [
+    ("estimate-loss-situation", (ESTIMATE_LOSS_SITUATION,)),
+    (
+        "estimate-loss-situation-batch8-12GiB",
+        (ESTIMATE_LOSS_SITUATION, "--set", "batch_size=8", "--gpu-memory", "12GiB"),
+    ),
+    ("eval-12gb-situation", (EVAL_12GB_SITUATION,)),
+    # (situation.py + recommended.py is left out: with eval_batch_size its batch search runs
+    # thousands of chunked forwards, minutes on a shared 2-core machine)
+    ("beyond-four-gb", ("snippets/beyond/four-gb-config.py", "--gpu-memory", "4GiB")),
+]
+
+
+def _key(func, args, kwargs):
+    """A hashable key for a call of memory.predict / max_batch_size: the config by its values."""
+    bound = inspect.signature(func).bind(*args, **kwargs)
+    bound.apply_defaults()
+    parts = []
+    for name, value in bound.arguments.items():
+        if name in ("known", "progress"):
+            continue
+        if hasattr(value, "values") and hasattr(value, "gpt_config"):
+            value = ("config", repr(sorted(value.values.items())))
+        elif isinstance(value, dict):
+            value = repr(sorted(value.items()))
+        parts.append(
+            (name, value if isinstance(value, (str, int, float, bool, type(None), tuple)) else repr(value))
+        )
+    return tuple(parts)
+
+
+@pytest.fixture(scope="module")
+def shared_predictions():
+    """memory.predict and memory.max_batch_size computed once per arguments for the whole module."""
+    mp = pytest.MonkeyPatch()
+    cache: dict = {}
+
+    def memo(func):
+        def wrapper(*args, **kwargs):
+            key = (func.__name__, _key(func, args, kwargs))
+            if key not in cache:
+                cache[key] = func(*args, **kwargs)
+            return cache[key]
+
+        return wrapper
+
+    mp.setattr(memory, "predict", memo(memory.predict))
+    mp.setattr(memory, "max_batch_size", memo(memory.max_batch_size))
+    yield
+    mp.undo()
+
+
+def _run(capsys, argv: list[str]) -> str:
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    text = f"$ oomguide {' '.join(argv)}\nexit {rc}\n{out}"
+    if err:
+        text += "".join(f"stderr: {line}\n" for line in err.splitlines())
+    # check names the torch it ran: recorded as <torch>, so that the record holds for any build
+    return text.replace(torch.__version__, "<torch>")
+
+
+def _compare(path: Path, actual: str, update: bool) -> None:
+    if update:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(actual, encoding="utf-8")
+        return
+    assert path.is_file(), (
+        f"{path.relative_to(ROOT)} is missing: record it with pytest {Path(__file__).name} --update-golden"
+    )
+    expected = path.read_text(encoding="utf-8")
+    if actual != expected:
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(keepends=True),
+                actual.splitlines(keepends=True),
+                f"{path.relative_to(ROOT)} (recorded)",
+                "now",
+            )
+        )
+        pytest.fail(
+            f"output differs from {path.relative_to(ROOT)}; if intended, re-record with "
+            f"--update-golden and commit the diff:\n{diff[:6000]}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture
+def cli_env(monkeypatch):
+    monkeypatch.chdir(ROOT)  # paths in the output are relative to the repository
+    monkeypatch.delenv("OOMGUIDE_SITE_URL", raising=False)
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("message", "variant", "extra"), EXPLAIN_CASES, ids=[f"{m}+{v}" if v else m for m, v, _ in EXPLAIN_CASES]
+)
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_explain_output_is_unchanged(
+    capsys, request, cli_env, shared_predictions, message, variant, extra, fmt
+):
+    update = request.config.getoption("--update-golden")
+    file = f"tests/golden/messages/{message}.txt"
+    parts = []
+    for lang in LANGS:
+        argv = ["explain", file, *extra, "--lang", lang] + (["--json"] if fmt == "json" else [])
+        parts.append(_run(capsys, argv))
+    name = f"{message}+{variant}" if variant else message
+    _compare(GOLDEN / "explain" / f"{name}.{'json' if fmt == 'json' else 'txt'}", "\n".join(parts), update)
+
+
+@pytest.mark.parametrize(("variant", "args"), CHECK_CASES, ids=[v for v, _ in CHECK_CASES])
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_check_output_is_unchanged(capsys, request, cli_env, shared_predictions, variant, args, fmt):
+    update = request.config.getoption("--update-golden")
+    argv = ["check", *args] + (["--json"] if fmt == "json" else [])
+    _compare(GOLDEN / "check" / f"{variant}.{'json' if fmt == 'json' else 'txt'}", _run(capsys, argv), update)
