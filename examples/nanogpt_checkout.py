@@ -210,7 +210,7 @@ class NanoGPT:
     # --- scale ------------------------------------------------------------------------------
     def scale_args(
         self, folder: Path, configs: list[str], scale: str, out_dir: Path, overrides=()
-    ) -> tuple[list[str], dict]:
+    ) -> tuple[list[str], dict, str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             config = load_config([folder / c for c in configs], list(overrides))
@@ -224,6 +224,8 @@ class NanoGPT:
             "compile": False,
             "out_dir": str(out_dir),
         }
+        if str(v["device"]).startswith("cpu"):
+            scale = "tiny"  # a config that asks for the CPU (cpu-fallback.py) runs small anywhere
         if scale == "tiny":
             args.update(
                 device="cpu",
@@ -238,7 +240,7 @@ class NanoGPT:
         else:
             args["eval_iters"] = 2
         argv = [f"--{k}={val}" for k, val in args.items()]
-        return argv, dict(v, **args)
+        return argv, dict(v, **args), scale
 
     # --- running ----------------------------------------------------------------------------
     def _take_server(self) -> subprocess.Popen:
@@ -327,7 +329,7 @@ class NanoGPT:
             for arg in shlex.split(line)
             if arg.startswith("--")
         ]
-        argv_scale, values = self.scale_args(folder, configs, scale, folder / "out", typed)
+        argv_scale, values, scale = self.scale_args(folder, configs, scale, folder / "out", typed)
         for arg in extra:
             k, _, v = arg[2:].partition("=")
             try:

@@ -21,7 +21,6 @@ Each run is checked from the outside (examples/nanogpt_run.py records it):
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,15 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PLACEMENTS = placement.load()
 
 # run in nanoGPT with its train.py: config lines, code changes, environment settings, and the shell
-# lines that start train.py. The oomguide commands of index/ run in test_index_commands_in_nanogpt;
-# those typed in a checkout of oomguide (verify/, beyond/four-gb-run.sh) in test_site_snippets.py and
+# lines that start train.py. The oomguide commands of index/ run in a copy of the checkout in
+# test_site_snippets.py (test_oomguide_lines_run); those typed in a checkout of oomguide (verify/, beyond/four-gb-run.sh) in test_site_snippets.py and
 # test_beyond.py; the other shell lines around a run (nvidia-smi, kill, ...) in their page's examples.
 IN_TRAIN = sorted(
     s
     for s, p in PLACEMENTS.items()
     if p.kind != "shell" or (p.file == "nanogpt" and starts_training(s) and not s.startswith("index/"))
 )
-INDEX = sorted(s for s in PLACEMENTS if s.startswith("index/"))
 
 CHUNKED_EVAL = "eval-oom-12gb/estimate_loss_chunked.py"
 EVAL_BLOCK_CALL = "eval-oom-12gb/get-batch-eval-call.py"
@@ -171,10 +169,12 @@ def check_against_stock(run, nanogpt):
         return
     stock = nanogpt.run(*run.requested, code=False, scale=run.scale)
     assert stock.ok, stock.explain()
-    assert run.train_losses == pytest.approx(stock.train_losses, rel=2e-5)
+    # the CPU is deterministic; CUDA's kernels (bf16 autocast, atomic adds in backward) are not quite
+    rel, digits = (2e-5, 2e-4) if run.scale == "tiny" else (2e-3, 5e-3)
+    assert run.train_losses == pytest.approx(stock.train_losses, rel=rel)
     if set(code) <= SAME_COMPUTATION:
         for mine, theirs in zip(run.estimates, stock.estimates, strict=True):
-            assert mine == pytest.approx(theirs, abs=2e-4), (run.estimates, stock.estimates)
+            assert mine == pytest.approx(theirs, abs=digits), (run.estimates, stock.estimates)
 
 
 def check_peak(run, report):
@@ -303,29 +303,6 @@ def test_a_wrong_placement_fails(ng, report):
     with pytest.raises(AssertionError, match="no logits left over"):
         check_claims(run)
     report("nanoGPT: drop-stale-logits.py placed after estimate_loss() instead of before: caught")
-
-
-def test_index_commands_in_nanogpt(nanogpt, tmp_path):
-    """The home page's commands, run in the reader's checkout (its config/train_gpt2.py)."""
-    from test_site_snippets import OOM_MESSAGE
-
-    folder = nanogpt.copy("index")
-    (folder / "oom.txt").write_text(OOM_MESSAGE, encoding="utf-8")
-    (folder / "train.log").write_text("iter 0: loss 10.9876\n" + OOM_MESSAGE, encoding="utf-8")
-    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
-    for rel in INDEX:
-        for line in (ROOT / "snippets" / rel).read_text(encoding="utf-8").splitlines():
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            proc = subprocess.run(
-                ["bash", "-o", "pipefail", "-c", line],
-                cwd=folder,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert proc.returncode in (0, 1) and proc.stdout.strip(), f"{rel}: {line}\n{proc.stderr}"
 
 
 @pytest.mark.parametrize("bad", ["missing", "empty"])

@@ -1,7 +1,8 @@
 """The shell snippets of the home page and of "Verify on your hardware" are real commands.
 
 - snippets/index/explain.sh, snippets/index/check.sh: every line runs, as written, in a
-  nanoGPT checkout (its config/train_gpt2.py) with an OOM message like nanoGPT issue #88's.
+  nanoGPT checkout (a copy of ``--nanogpt PATH`` when given, else its config/train_gpt2.py alone)
+  with an OOM message like nanoGPT issue #88's.
 - snippets/verify/run-examples.sh, snippets/verify/run-examples-budget.sh: they parse, the extra
   they install exists, and every pytest option they pass is one that `pytest examples` knows
   (running them here would run this suite inside itself).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from importlib.metadata import metadata
@@ -118,9 +120,14 @@ def test_oomguide_flags_exist(snippet, relative):
 
 
 @pytest.fixture
-def nanogpt_checkout(tmp_path) -> Path:
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "train_gpt2.py").write_text(TRAIN_GPT2, encoding="utf-8")
+def nanogpt_checkout(tmp_path, request) -> Path:
+    """The reader's checkout (a copy of --nanogpt PATH) when given, else its config/train_gpt2.py alone."""
+    real = getattr(request.config, "_oomguide_nanogpt", None)
+    if real is not None:
+        shutil.copytree(real, tmp_path, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", "data"))
+    else:
+        (tmp_path / "config").mkdir()
+        (tmp_path / "config" / "train_gpt2.py").write_text(TRAIN_GPT2, encoding="utf-8")
     (tmp_path / "oom.txt").write_text(OOM_MESSAGE, encoding="utf-8")
     (tmp_path / "train.log").write_text("iter 0: loss 10.9876\n" + OOM_MESSAGE, encoding="utf-8")
     return tmp_path

@@ -193,3 +193,22 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
         f"pip install . into a fresh venv: build + install {install_seconds:.0f} s, "
         f"total with explain and check {time.perf_counter() - start:.0f} s"
     )
+
+
+def test_checkpoint_hook_is_the_one_this_torch_calls(monkeypatch):
+    """versions.checkpoint_recompute_hook() names what checkpoint() goes through on the running torch
+    (renamed in 2.14): the prediction's CUDA autocast reaches checkpointed recomputation only there."""
+    import torch.utils.checkpoint as ckpt
+
+    name = versions.checkpoint_recompute_hook()
+    original = getattr(ckpt, name)
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, name, spy)
+    x = torch.ones(3, requires_grad=True)
+    ckpt.checkpoint(lambda t: (t * 2).sin(), x, use_reentrant=False).sum().backward()
+    assert calls == [name] and x.grad is not None

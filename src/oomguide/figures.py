@@ -20,7 +20,7 @@ LANGS = ("en", "ja", "zh", "de", "fr")
 # {{ key }} or {{ page.key }}; keys are [a-z0-9_], pages are file stems.
 PLACEHOLDER = re.compile(r"\{\{\s*(?:(?P<page>[a-z0-9][a-z0-9-]*)\.)?(?P<key>[a-z0-9_]+)\s*\}\}")
 
-UNITS = ("gib", "mib", "int", "code", "millions", "ratio", "percent", "seconds", "float")
+UNITS = ("gib", "mib", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark")
 
 _BYTE_UNITS = {
     # unit -> (divisor, symbol per language)
@@ -107,6 +107,10 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
         return _number(value, 2 if decimals is None else decimals, lang) + UNIT_SPACE[lang] + "s"
     if unit == "float":
         return _number(value, 2 if decimals is None else decimals, lang)
+    if unit == "mark":  # a yes/no a table shows: 1 -> ✓, 0 -> ✗, the same in every language
+        if value not in (0, 1):
+            raise FigureError(f"a mark is 0 or 1, got {value!r}")
+        return "\u2713" if value else "\u2717"
     raise FigureError(f"unknown figure unit {unit!r} (known: {', '.join(UNITS)})")
 
 

@@ -66,3 +66,19 @@ def line(version: str | None = None) -> str:
         f"PyTorch {text}: OUTSIDE the range oomguide is verified on ({verified_range()}); "
         "the prediction follows this PyTorch's code but was never checked on it"
     )
+
+
+# --- behaviour that differs inside the range ---------------------------------------------------
+def checkpoint_recompute_hook() -> str:
+    """The function of ``torch.utils.checkpoint`` whose ``context_fn`` sets the context of the
+    non-reentrant recomputation, and that ``checkpoint()`` calls.
+
+    Up to 2.13: ``_checkpoint_without_reentrant_generator(fn, preserve_rng_state, context_fn, ...,
+    *args, **kwargs)``. From 2.14: ``checkpoint()`` calls
+    ``_checkpoint_without_reentrant_generator_impl(fn, args, kwargs, *, context_fn=..., ...)``;
+    the old name is kept as a wrapper that ``checkpoint()`` no longer goes through, so a hook on
+    it never runs (on 2.15.0 every grad_checkpoint prediction failed with a CheckpointError).
+    """
+    if release()[:2] >= (2, 14):
+        return "_checkpoint_without_reentrant_generator_impl"
+    return "_checkpoint_without_reentrant_generator"

@@ -143,7 +143,11 @@ def choose_sections(
     picks: list[tuple[str, str | None]] = []
     states_too_large = any(c.startswith("model_states") for c in codes)
     if states_too_large:
-        picks += [("eval-oom-12gb", "smaller-n-embd"), ("where-the-memory-goes", None)]
+        picks += [
+            ("eval-oom-12gb", "smaller-n-embd"),
+            ("where-the-memory-goes", None),
+            ("multi-gpu", "gpt2-xl"),
+        ]
     if "fragmentation" in codes:
         picks.append(("estimate-loss-oom", "expandable-segments"))
     if "other_processes" in codes:

@@ -54,6 +54,7 @@ GUIDE_SECTIONS: dict[str, tuple[str, ...]] = {
         "allocator-setting",
     ),
     "beyond": ("chunked-loss", "drop-stale-logits", "four-gb-card", "time-cost"),
+    "multi-gpu": ("launch", "ddp-cost", "bucket-view", "gpt2-xl", "fsdp2"),
     "where-the-memory-goes": (),  # a notebook page: linked as a whole
 }
 NOTEBOOK_PAGES = ("where-the-memory-goes",)

@@ -15,6 +15,8 @@ The package, one module per job:
 - ``models``      oomguide's GPT or a reader's nanoGPT model.py
 - ``predict``     a phase on fake tensors; the batch-size search
 - ``measure``     a phase on a real GPU: the only module that calls torch.cuda
+- ``distributed`` one rank of several: DDP (its reducer's buckets modelled) and FSDP2 (run for real
+                  over the fake process group); ``from oomguide.memory import distributed``
 
 - ``compiled``    what torch.compile changes (fused loss, fused casts): a rule-based model
 - ``allocator``  PyTorch's caching allocator replayed on the tracker's events; PYTORCH_CUDA_ALLOC_CONF

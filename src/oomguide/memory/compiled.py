@@ -14,9 +14,8 @@ replaces ``CudaAutocast``, exactly the allocations that Inductor's generated cod
 2. **Casts are fused into their producers.** A normalisation on autocast's float32 list whose result
    feeds a matmul (every LayerNorm of a GPT) is written directly in the autocast dtype: no float32
    result next to its low-precision copy. Autocast's weight-cast cache does not exist in a compiled
-   graph: each low-precision weight copy is made where it is used and freed after its last use, and
-   in training the graph's backward recomputes it from the float32 weight (a cheap pointwise op)
-   instead of keeping it from the forward.
+   graph: each low-precision weight copy is made where it is used and freed after its last use (in
+   evaluation); in training the copies the backward needs are kept, as eager autograd keeps them.
 
 Checked against Inductor itself: ``tests/test_engine.py`` compiles a small GPT on the CPU (float32,
 real tensors), records the CPU allocator's allocations with the profiler, and compares the peak of

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
-from .. import loop
+from .. import loop, versions
 from .units import MiB
 
 
@@ -187,7 +187,8 @@ def _recompute_under(ctx, *modes):
     if not isinstance(ctx, CudaAutocast) and not modes:
         yield
         return
-    generator = ckpt._checkpoint_without_reentrant_generator
+    hook = versions.checkpoint_recompute_hook()  # renamed in PyTorch 2.14
+    generator = getattr(ckpt, hook)
     reentrant_backward = ckpt.CheckpointFunction.backward
 
     @contextmanager
@@ -202,22 +203,32 @@ def _recompute_under(ctx, *modes):
     def contexts():
         return nullcontext(), recompute()
 
-    @functools.wraps(generator)
-    def with_autocast(fn, preserve_rng_state=True, context_fn=ckpt.noop_context_fn, *args, **kwargs):
-        if context_fn is ckpt.noop_context_fn:
-            context_fn = contexts
-        return generator(fn, preserve_rng_state, context_fn, *args, **kwargs)
+    if hook.endswith("_impl"):  # (fn, args, kwargs, *, context_fn=..., ...)
+
+        @functools.wraps(generator)
+        def with_autocast(fn, args, kwargs, **options):
+            if options.get("context_fn", ckpt.noop_context_fn) is ckpt.noop_context_fn:
+                options["context_fn"] = contexts
+            return generator(fn, args, kwargs, **options)
+
+    else:  # (fn, preserve_rng_state, context_fn, ..., *args, **kwargs)
+
+        @functools.wraps(generator)
+        def with_autocast(fn, preserve_rng_state=True, context_fn=ckpt.noop_context_fn, *args, **kwargs):
+            if context_fn is ckpt.noop_context_fn:
+                context_fn = contexts
+            return generator(fn, preserve_rng_state, context_fn, *args, **kwargs)
 
     def backward(bctx, *grads):
         with recompute():
             return reentrant_backward(bctx, *grads)
 
-    ckpt._checkpoint_without_reentrant_generator = with_autocast
+    setattr(ckpt, hook, with_autocast)
     ckpt.CheckpointFunction.backward = staticmethod(backward)
     try:
         yield
     finally:
-        ckpt._checkpoint_without_reentrant_generator = generator
+        setattr(ckpt, hook, generator)
         ckpt.CheckpointFunction.backward = staticmethod(reentrant_backward)
 
 

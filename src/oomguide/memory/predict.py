@@ -105,11 +105,15 @@ def _run_phase(
     eval_iters: int = 1,
     stale_logits: bool = True,
     probe_logits: bool = False,
+    one_micro_step: bool = False,
 ):
     """Set up nanoGPT's state before `phase` (registering it with the tracker), then run the phase tracked.
 
     `probe_logits`: take the stale logits from a forward of the model itself (a reader's model.py),
     instead of assuming nanoGPT's (B, T, V).
+    The train step runs at most two micro-steps: the second (gradients alive from the first) stands for
+    every later one. `one_micro_step=True` runs that second micro-step alone, its gradients made
+    beforehand: the same peak for half the work (the batch-size search runs many predictions).
     """
     cfg_block = model.config.block_size if hasattr(model, "config") else config.block_size
     vocab = tracker.vocab_size
@@ -156,10 +160,13 @@ def _run_phase(
 
         train_state.X, train_state.Y = get_batch("train")
         tracker.register([train_state.X, train_state.Y], "activations")
+        micro_steps = min(config.gradient_accumulation_steps, 2)
         with tracker:
-            _train_step_tracked(
-                train_state, get_batch, min(config.gradient_accumulation_steps, 2), config.grad_clip, tracker
-            )
+            if one_micro_step and micro_steps == 2:
+                for p in params:  # what the first micro-step leaves behind
+                    p.grad = torch.zeros_like(p)
+                micro_steps = 1
+            _train_step_tracked(train_state, get_batch, micro_steps, config.grad_clip, tracker)
     elif phase == "estimate_loss":
         eval_block = min(config.eval_block, block)
 
@@ -209,6 +216,7 @@ def predict(
     eval_iters: int = 1,
     stale_logits: bool = True,
     compiled: bool = False,
+    peak_only: bool = False,
     alloc_conf: AllocConf | None = None,
     capability: tuple[int, int] = DEFAULT_CAPABILITY,
 ) -> PhaseResult:
@@ -223,6 +231,8 @@ def predict(
     with the train split's last logits alive (the loop variable), as every later batch does.
     `stale_logits=False` (state "training"): no (B, T, V) logits left over from the last training
     micro-step (FACTS 11), as after train.py drops them, or with a model that returns no such logits.
+    `peak_only=True` (the batch-size search): the peak and whether it fits are exact, the failing
+    allocation may not be the first one (the train step runs only its second micro-step).
     `compiled=True`: the model as ``torch.compile`` runs it (``compiled``: fused loss, fused casts);
     the CLI passes the config's ``compile``, the guide's figures are eager unless a page says so.
     ``init_from='resume'``: AdamW's state is loaded from the checkpoint before the first evaluation,
@@ -267,6 +277,7 @@ def predict(
             fake,
             kernels.capability,
             compiled,
+            peak_only,
         )
         warmup = None
         try:
@@ -302,6 +313,7 @@ def predict(
                     eval_iters,
                     stale_logits,
                     bool(source.path),
+                    one_micro_step=peak_only,
                 )
         except Exception as exc:
             if source.path is None:
@@ -356,14 +368,22 @@ def max_batch_size(
 ) -> int:
     """The largest batch_size whose predicted `phase` fits `gpu_memory` (0 if not even 1 fits).
 
-    The peak is close to linear in the batch size, so two predictions give a first guess, and a
-    few more settle it exactly. `known` caches predictions by batch size (shared with the caller).
-    `progress(done, total_guess)` is called after each prediction. `predictor`: a function like
-    ``predict`` (default), e.g. ``distributed.predict`` with its ``parallel`` bound. `options` go to
-    the predictor (``alloc_conf``, ``capability``).
+    The peak is affine in the batch size (every activation, logits buffer and loss buffer grows
+    with it; weights, gradients and optimizer state do not), up to the allocator's rounding and
+    a change of the moment of the peak. So: the prediction at the config's batch size, split into
+    its fixed part (weights, gradients, optimizer state at the peak) and the rest, gives a first
+    guess; a prediction there gives a second point and the line through both a second guess;
+    then the answer is verified: `b` fits and `b + 1` does not, each by a prediction (bisection
+    takes over if the line misleads). Usually three or four predictions in all.
+
+    `known` caches predictions by batch size (shared with the caller). `progress(done)` is called
+    after each prediction. `predictor`: a function like ``predict`` (default: ``predict`` with
+    `state`, `compiled` and ``peak_only=True``), e.g. ``distributed.predict`` with ``parallel`` bound.
+    `options` go to the predictor (``alloc_conf``, ``capability``).
     """
-    predictor = predictor or functools.partial(predict, state=state, compiled=compiled)
+    predictor = predictor or functools.partial(predict, state=state, compiled=compiled, peak_only=True)
     known = {} if known is None else known
+    budget = usable_bytes(gpu_memory, context_bytes)
     calls = [0]
 
     def fits(b: int) -> bool:
@@ -376,32 +396,44 @@ def max_batch_size(
                 progress(calls[0])
         return bool(known[b].fits)
 
-    if not fits(1):
-        return 0
-    # linear guess from two points
-    b2 = max(2, min(limit, config.batch_size if config.batch_size > 1 else 8))
-    fits(b2)
-    p1, p2 = known[1].peak_bytes, known[b2].peak_bytes
-    slope = max((p2 - p1) / (b2 - 1), 1)
-    budget = usable_bytes(gpu_memory, context_bytes)
-    guess = max(1, min(limit, int(1 + (budget - p1) / slope)))
-    lo, hi = 1, limit + 1  # lo fits; hi does not (or is beyond the limit)
-    for b in sorted(known):
-        if known[b].fits:
-            lo = max(lo, b)
-        else:
-            hi = min(hi, b)
-    # probe around the guess, then bisect
-    for b in (guess, guess + 1):
-        if lo < b < hi:
-            if fits(b):
+    def bracket() -> tuple[int, int]:
+        lo, hi = 0, limit + 1  # lo fits (0: trivially); hi does not, or is beyond the limit
+        for b, r in known.items():
+            if r.fits and b > lo:
                 lo = b
-            else:
+            elif not r.fits and b < hi:
                 hi = b
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+        return lo, hi
+
+    def line_guess() -> int | None:
+        """Where the line through the two known points nearest the boundary meets the budget."""
+        lo, hi = bracket()
+        near = sorted(known, key=lambda b: (min(abs(b - lo), abs(b - hi)), b))[:2]
+        if len(near) < 2:
+            return None
+        (b1, r1), (b2, r2) = ((b, known[b]) for b in sorted(near))
+        slope = (r2.peak_bytes - r1.peak_bytes) / (b2 - b1)
+        if slope <= 0:
+            return None
+        return int(b1 + (budget - r1.peak_bytes) // slope)
+
+    b0 = max(1, min(limit, batch_size_of(config, phase)))
+    fits(b0)
+    first = known[b0]
+    fixed = sum(first.breakdown.get(k, 0) for k in ("weights", "gradients", "optimizer_state"))
+    per_sample = (first.peak_bytes - fixed) / b0
+    guess = int((budget - fixed) // per_sample) if per_sample > 0 else limit
+    while True:
+        lo, hi = bracket()
+        if hi - lo <= 1:
+            return lo
+        if guess is None or calls[0] >= 6:
+            guess = (lo + hi) // 2  # the line misleads: bisect
+        guess = min(max(guess, lo + 1), hi - 1)  # next to the boundary: the verification
+        fits(guess)
+        guess = line_guess()
+
+
+def batch_size_of(config: TrainConfig, phase: str) -> int:
+    """The batch size a phase runs with: ``batch_size`` (``estimate_loss`` draws batches of it too)."""
+    return config.batch_size

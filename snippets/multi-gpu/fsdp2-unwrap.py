@@ -1,0 +1,1 @@
+raw_model = model  # fully_shard wraps nothing: there is no model.module

@@ -1,0 +1,10 @@
+# build-nanogpt's train_gpt2.py translated to nanoGPT's settings: GPT(GPTConfig(vocab_size=50304)),
+# 12 layers of 768, nn.Linear and LayerNorm with biases, B micro-batch, T = 1024, bfloat16 autocast,
+# use_compile = False; total_batch_size 524288 tokens on one GPU.
+batch_size = 64
+block_size = 1024
+vocab_size = 50304
+bias = True
+dtype = 'bfloat16'
+compile = False
+gradient_accumulation_steps = 8
