@@ -698,7 +698,9 @@ def replay(
     ``measure()`` does before the phase it measures.
 
     A trace's `pre` tensors are the ones an earlier trace left alive: each takes a live block of the
-    same rounded size left by the earlier traces (first come, first served), or a new allocation.
+    same rounded size left by the earlier traces (first come, first served), or a new allocation. The
+    first trace's `pre` tensors (weights, optimizer state) are allocated under `limit` already: a state
+    that does not fit the card fails there.
     """
     allocator = CachingAllocator(conf, None, fraction)
     carried: list[Block] = []
@@ -709,6 +711,8 @@ def replay(
             allocator.limit = limit
             allocator.reset_peak()
         live: dict = {}
+        if k == 0 and limit is not None:
+            allocator.limit = limit  # the state itself (weights, AdamW's state) must fit the card
         try:
             for uid, nbytes, _what in trace.pre:
                 size = allocator.round_size(nbytes)
@@ -719,7 +723,13 @@ def replay(
                     carried.remove(match)
                     live[uid] = match
                 else:
-                    live[uid] = allocator.malloc(nbytes)
+                    try:
+                        live[uid] = allocator.malloc(nbytes)
+                    except AllocatorOOM as oom:
+                        oom.what = f"{_what} (the state before the phase)"
+                        raise
+            if k < measure_from:
+                allocator.limit = None  # the warm-up itself runs without the budget
             for kind, uid, nbytes, what in trace.events:
                 if kind == ALLOC:
                     try:
