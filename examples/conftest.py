@@ -73,7 +73,16 @@ def pytest_configure(config):
 def pytest_report_header(config):
     budget = config.getoption("--gpu-memory")
     if memory.cuda_available():
-        return f"oomguide examples: CUDA on {memory.cuda_device_name()}, allocator capped to a {budget} card"
+        import os
+
+        major, minor = memory.cuda_capability()
+        setting = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+        return (
+            f"oomguide examples: CUDA on {memory.cuda_device_name()} (compute capability {major}.{minor}), "
+            f"allocator capped to a {budget} card; non-PyTorch memory now "
+            f"{memory.fmt_bytes(memory.non_pytorch_bytes())}; expandable segments "
+            f"{'on' if 'expandable_segments:True' in setting.replace(' ', '') else 'off'}"
+        )
     return (
         f"oomguide examples: CPU path (no CUDA): full-scale peaks predicted on fake tensors for a {budget} card, "
         "plus real scaled-down runs"
@@ -203,19 +212,31 @@ class Runner:
         ``memory.predict``.
         """
         extra = dict(state=state, source=source, stale_logits=stale_logits)
+        fmt = memory.fmt_bytes
         if self.cuda:
-            result = memory.measure(
-                config, phase, self.data_dir(config.gpt_config().vocab_size), self.gpu_memory, **extra
+            try:
+                result = memory.measure(
+                    config, phase, self.data_dir(config.gpt_config().vocab_size), self.gpu_memory, **extra
+                )
+            except memory.CardTooSmall as exc:
+                pytest.skip(str(exc))
+            # the same phase predicted with this card's kernels, next to the measurement
+            guess = memory.predict(
+                config, phase, self.gpu_memory, capability=memory.cuda_capability(), **extra
             )
-            how = f"CUDA run on {memory.cuda_device_name()} under {self.budget_text}: measured peak"
+            how = (
+                f"CUDA run on {memory.cuda_device_name()} under {self.budget_text}: measured "
+                f"{fmt(result.peak_bytes)} allocated / {fmt(result.reserved_bytes)} reserved "
+                f"(predicted {fmt(guess.peak_bytes)} / {fmt(guess.reserved_bytes)}, attention {result.attention})"
+            )
         else:
             result = memory.predict(config, phase, self.gpu_memory, **extra)
-            how = f"CPU path: predicted full-scale peak for a {self.budget_text} card"
+            how = (
+                f"CPU path: predicted full-scale peak for a {self.budget_text} card "
+                f"{fmt(result.peak_bytes)} allocated / {fmt(result.reserved_bytes)} reserved"
+            )
         verdict = "fits" if result.fits else "does not fit"
-        _LINES.append(
-            f"{label or phase}: {how} {memory.fmt_bytes(result.peak_bytes)} ({phase}, "
-            f"batch_size={config.batch_size}) -> {verdict}"
-        )
+        _LINES.append(f"{label or phase}: {how} ({phase}, batch_size={config.batch_size}) -> {verdict}")
         return result
 
     def scaled_down(self, config, steps: int = 2, label: str = "") -> dict:

@@ -2,4 +2,4 @@
 batch_size = 12
 block_size = 1024
 gradient_accumulation_steps = 5 * 8
-dtype = 'bfloat16'  # train.py picks 'float16' on cards without bfloat16: the same memory
+dtype = 'bfloat16'  # T4, RTX 20xx (before Ampere): emulated, math attention; use 'float16' there

@@ -67,6 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
         "units GiB, GB, MiB, MB",
     )
     check.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help='the card by name ("RTX 4070", T4, A100-40GB, ...): its memory and compute capability, '
+        "which picks CUDA's attention kernel; overrides --gpu-memory",
+    )
+    check.add_argument(
+        "--alloc-conf",
+        metavar="SETTING",
+        help="the caching allocator's setting, as PYTORCH_CUDA_ALLOC_CONF (default: that variable, "
+        "as PyTorch reads it), e.g. expandable_segments:True",
+    )
+    check.add_argument(
         "--nproc-per-node",
         type=int,
         default=1,
@@ -139,10 +151,16 @@ def run_check(args) -> int:
     if skipped:
         notes.append(f"not run by this config (eval_only): {', '.join(skipped)}")
     shape = config.gpt_config()
+    card = _card(args)
+    args.gpu_memory = card.total_memory
+    card_options = dict(alloc_conf=card.alloc_conf, capability=card.gpu.capability)
     out = {
         "gpu_memory_bytes": args.gpu_memory,
         "usable_bytes": memory.usable_bytes(args.gpu_memory),
         "context_bytes": memory.CONTEXT_BYTES,
+        "gpu": card.gpu.name,
+        "compute_capability": ".".join(map(str, card.gpu.capability)),
+        "alloc_conf": card.alloc_conf.describe(),
         "mode": "predicted",
         **versions.describe(),  # the PyTorch whose code the prediction ran
         "config": config.sources,
@@ -155,7 +173,7 @@ def run_check(args) -> int:
         "warnings": notes,
         "phases": {},
     }
-    predictor = memory.predict
+    predictor = functools.partial(memory.predict, **card_options)
     if not parallel.single:
         from .memory import distributed
 
@@ -193,6 +211,20 @@ def run_check(args) -> int:
     return EXIT_FITS if fits else EXIT_DOES_NOT_FIT
 
 
+def _card(args):
+    """The card (--gpu, or --gpu-memory with an Ampere-or-newer capability) and the allocator setting."""
+    from types import SimpleNamespace
+
+    from .memory import allocator, gpus
+
+    gpu = gpus.find_gpu(args.gpu) if args.gpu else gpus.default_gpu(args.gpu_memory)
+    if args.alloc_conf is not None:
+        conf = allocator.parse_alloc_conf(args.alloc_conf, "--alloc-conf")
+    else:
+        conf = allocator.alloc_conf_from_env()
+    return SimpleNamespace(gpu=gpu, total_memory=gpu.total_memory, alloc_conf=conf)
+
+
 def _parallel(args):
     """--nproc-per-node and --strategy, checked (a ValueError is the one line the user sees)."""
     from .memory.distributed import Parallel
@@ -210,10 +242,12 @@ def _parallel(args):
 def _print_check(out: dict, config) -> None:
     fmt = memory.fmt_bytes
     print(
-        f"card: {fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
+        f"card: {out['gpu']}, compute capability {out['compute_capability']}: "
+        f"{fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
         f"({fmt(out['context_bytes'])} set aside for the CUDA context)"
         + (" per GPU" if out.get("world_size", 1) > 1 else "")
     )
+    print(f"allocator: {out['alloc_conf']}")
     if out.get("world_size", 1) > 1:
         print(
             f"{out['world_size']} processes ({out['strategy']}), figures per rank: "
@@ -249,7 +283,11 @@ def _print_check(out: dict, config) -> None:
         )
     for name, r in out["phases"].items():
         verdict = "fits" if r["fits"] else "DOES NOT FIT"
-        print(f"\n{titles[name]}: predicted peak {fmt(r['peak_bytes'])} -> {verdict}")
+        reserved = f", {fmt(r['reserved_bytes'])} reserved" if r.get("reserved_bytes") is not None else ""
+        print(
+            f"\n{titles[name]}: predicted peak {fmt(r['peak_bytes'])} allocated{reserved} -> {verdict} "
+            f"(attention: {r.get('attention') or 'none'})"
+        )
         print(f"  largest allocation: {fmt(r['largest_allocation_bytes'])} ({r['largest_allocation']})")
         if not r["fits"]:
             where = f" in forward {r['failing_forward']}" if r.get("failing_forward") else ""
@@ -257,6 +295,11 @@ def _print_check(out: dict, config) -> None:
                 f"  would fail at: Tried to allocate {fmt(r['failing_allocation_bytes'])} "
                 f"({r['failing_allocation']}{where}), with {fmt(r['allocated_at_failure_bytes'])} "
                 "already allocated"
+                + (
+                    f" and {fmt(r['reserved_at_failure_bytes'])} reserved"
+                    if r.get("reserved_at_failure_bytes") is not None
+                    else ""
+                )
             )
         parts = ", ".join(f"{k.replace('_', ' ')} {fmt(v)}" for k, v in r["breakdown"].items())
         print(f"  at the peak: {parts}")
@@ -265,8 +308,8 @@ def _print_check(out: dict, config) -> None:
             print(f"  largest batch_size that fits: {mbs}" if mbs else "  not even batch_size=1 fits")
     how = "torch.compile modelled by its fused loss and casts" if out["compiled"] else "the model run eagerly"
     print(
-        f"\n(predicted on fake tensors with CUDA's autocast and allocator rounding; {how}; "
-        "fragmentation and compile-time workspaces are not modelled: keep some headroom)"
+        f"\n(predicted on fake tensors with CUDA's autocast, attention kernel and caching allocator; {how}; "
+        "a phase fits when its reserved memory does; kernel workspaces are not modelled)"
     )
 
 

@@ -19,21 +19,28 @@ The package, one module per job:
                   over the fake process group); ``from oomguide.memory import distributed``
 
 - ``compiled``    what torch.compile changes (fused loss, fused casts): a rule-based model
+- ``allocator``  PyTorch's caching allocator replayed on the tracker's events; PYTORCH_CUDA_ALLOC_CONF
+- ``reserved``   the phase's warm-up and replay: reserved peak and the verdict on reserved memory
+- ``kernels``    CUDA's attention backend per compute capability and dtype, 1-byte dropout masks
+- ``gpus``       cards by name (``gpus.json``): memory as PyTorch reports it, compute capability
 
-Not modelled yet: kernels' private workspaces, fragmentation.
+Not modelled yet: kernels' private workspaces.
 The names below are what the CLI, the examples and the notebook use: ``from oomguide import memory``.
 """
 
 from .compiled import CompiledAutocast, compiled_context
 from .cuda_model import CudaAutocast, block_size, cuda_autocast_context, segment_size
 from .measure import (
+    CardTooSmall,
     cuda_available,
+    cuda_capability,
     cuda_device_name,
     cuda_total_bytes,
     empty_cache_effect,
     expandable_segments_in_use,
     limit_cuda_memory,
     measure,
+    non_pytorch_bytes,
 )
 from .models import MemoryError_, ModelSource, load_model_source
 from .predict import CHECKS, PHASES, STATES, PhaseResult, checks_run, max_batch_size, predict
@@ -50,6 +57,9 @@ from .units import (
 )
 
 __all__ = [
+    "CardTooSmall",
+    "cuda_capability",
+    "non_pytorch_bytes",
     "CATEGORIES",
     "CHECKS",
     "CONTEXT_BYTES",

@@ -10,7 +10,7 @@ Never touches a GPU and never imports torch.cuda: it models CUDA on any tensors.
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -171,7 +171,7 @@ class CudaAutocast(TorchFunctionMode):
 
 
 @contextmanager
-def _recompute_under(ctx):
+def _recompute_under(ctx, *modes):
     """Recompute checkpointed code under `ctx` in backward, however the model calls checkpoint.
 
     torch.utils.checkpoint re-enters torch.autocast for the recomputation, but not a TorchFunctionMode
@@ -179,19 +179,29 @@ def _recompute_under(ctx):
     A model may call ``torch.utils.checkpoint.checkpoint`` or a name it imported
     (``from torch.utils.checkpoint import checkpoint``), so the hook sits below both: the
     non-reentrant path's generator (which takes the recomputation's context), and the reentrant
-    path's backward (which recomputes).
+    path's backward (which recomputes). `modes`: factories of further TorchFunctionModes the
+    recomputation must run under too (the kernels' choices, ``kernels.CudaKernels``).
     """
     import torch.utils.checkpoint as ckpt
 
-    if not isinstance(ctx, CudaAutocast):
+    if not isinstance(ctx, CudaAutocast) and not modes:
         yield
         return
     hook = versions.checkpoint_recompute_hook()  # renamed in PyTorch 2.14
     generator = getattr(ckpt, hook)
     reentrant_backward = ckpt.CheckpointFunction.backward
 
+    @contextmanager
+    def recompute():
+        with ExitStack() as stack:
+            for make in modes:
+                stack.enter_context(make())
+            if isinstance(ctx, CudaAutocast):
+                stack.enter_context(CudaAutocast(ctx.dtype))
+            yield
+
     def contexts():
-        return nullcontext(), CudaAutocast(ctx.dtype)
+        return nullcontext(), recompute()
 
     if hook.endswith("_impl"):  # (fn, args, kwargs, *, context_fn=..., ...)
 
@@ -210,7 +220,7 @@ def _recompute_under(ctx):
             return generator(fn, preserve_rng_state, context_fn, *args, **kwargs)
 
     def backward(bctx, *grads):
-        with CudaAutocast(ctx.dtype):
+        with recompute():
             return reentrant_backward(bctx, *grads)
 
     setattr(ckpt, hook, with_autocast)

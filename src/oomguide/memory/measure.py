@@ -6,15 +6,17 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import torch
 
 from .. import loop
 from ..config import TrainConfig
+from .kernels import sdpa_backend
 from .models import ModelSource
 from .predict import PhaseResult
-from .units import CONTEXT_BYTES, MiB, usable_bytes
+from .units import CONTEXT_BYTES, GiB, MiB, usable_bytes
 
 
 def cuda_available() -> bool:
@@ -29,11 +31,43 @@ def cuda_device_name() -> str:
     return torch.cuda.get_device_name(0)
 
 
+class CardTooSmall(RuntimeError):
+    """This GPU is smaller than the card to emulate: a capped run would not be that card (skip it)."""
+
+
+def cuda_capability() -> tuple[int, int]:
+    """The compute capability of GPU 0 (which picks the attention kernel, as ``kernels.sdpa_backend``)."""
+    return tuple(torch.cuda.get_device_capability(0))
+
+
+def non_pytorch_bytes() -> int:
+    """Memory in use on GPU 0 outside this process's caching allocator (CUDA context, other processes)."""
+    free, total = torch.cuda.mem_get_info(0)
+    return total - free - torch.cuda.memory_reserved(0)
+
+
 def limit_cuda_memory(gpu_memory: int, context_bytes: int = CONTEXT_BYTES) -> float:
-    """Cap this process's caching allocator to a smaller card's usable memory (FACTS 15). Returns the fraction."""
-    fraction = min(1.0, usable_bytes(gpu_memory, context_bytes) / cuda_total_bytes())
+    """Cap this process's caching allocator to a smaller card's usable memory (FACTS 15). Returns the
+    fraction. A card smaller than asked is ``CardTooSmall``; a budget under the context a ValueError."""
+    usable = usable_bytes(gpu_memory, context_bytes)
+    if usable <= 0:
+        raise ValueError(
+            f"a {gpu_memory / MiB:.0f} MiB card leaves nothing after the {context_bytes / MiB:.0f} MiB "
+            "set aside for the CUDA context"
+        )
+    total = cuda_total_bytes()
+    if usable > total:
+        raise CardTooSmall(
+            f"{cuda_device_name()} has {total / GiB:.2f} GiB: it cannot emulate a {gpu_memory / GiB:.2f} GiB card"
+        )
+    fraction = usable / total
     torch.cuda.set_per_process_memory_fraction(fraction, 0)
     return fraction
+
+
+def _release() -> None:
+    gc.collect()  # tensors in reference cycles first, or empty_cache cannot give their blocks back
+    torch.cuda.empty_cache()
 
 
 def measure(
@@ -48,23 +82,26 @@ def measure(
     context_bytes: int = CONTEXT_BYTES,
     stale_logits: bool = True,
 ) -> PhaseResult:
-    """Run `phase` for real on CUDA and report the allocator's peak. An OOM is a result (fits=False).
+    """Run `phase` for real on CUDA and report the allocator's peaks. An OOM is a result (fits=False).
 
-    `stale_logits=False`: drop the warm-up step's last logits before the phase (as predict's option).
+    As ``predict`` models it: the state before the phase (a real training step for ``state="training"``)
+    is built without the cap; then the cache is emptied, the cap set (``set_per_process_memory_fraction``
+    limits *reserved* memory) and the peak statistics reset, and the phase runs under it. What earlier
+    code left allocated (``baseline_bytes``) is subtracted from both peaks. A warm-up that runs out of
+    memory is reported as such (``failing_allocation`` starts with "warm-up"). The cap is always lifted
+    and the memory given back at the end, whatever happens. `stale_logits=False`: drop the warm-up
+    step's last logits before the phase (as predict's option).
     """
     if not cuda_available():
         raise RuntimeError("measure() needs a CUDA GPU; use predict() elsewhere")
     source = source or ModelSource()
     device = "cuda"
-    budget = None
-    if gpu_memory is not None:
-        limit_cuda_memory(gpu_memory, context_bytes)
-        budget = usable_bytes(gpu_memory, context_bytes)
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
+    _release()
+    baseline = torch.cuda.memory_allocated()
     data = loop.BinData(Path(data_dir), config.batch_size, config.block_size, device)
     model = optimizer = train_state = None
-    fits, failing = True, None
+    fits, failing, stage = True, None, "warm-up"
     try:
         model = source.build(config.gpt_config()).to(device)
         model.train()
@@ -76,7 +113,12 @@ def measure(
             loop.train_step(train_state, data.get_batch, 1, config.grad_clip)
             if not stale_logits:
                 train_state.logits = None
+        torch.cuda.synchronize()
+        _release()
+        if gpu_memory is not None:
+            limit_cuda_memory(gpu_memory, context_bytes)
         torch.cuda.reset_peak_memory_stats()
+        stage = "phase"
         if phase == "train_step":
             for _ in range(iters):
                 loop.train_step(
@@ -94,11 +136,16 @@ def measure(
         torch.cuda.synchronize()
     except torch.cuda.OutOfMemoryError as exc:
         fits, failing = False, str(exc).splitlines()[0][:300]
-    peak = torch.cuda.max_memory_allocated()
-    reserved = torch.cuda.max_memory_reserved()
-    del model, optimizer, train_state
-    torch.cuda.empty_cache()
-    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+        if stage == "warm-up":
+            failing = "warm-up (before the phase, uncapped): " + failing
+    finally:
+        peak = torch.cuda.max_memory_allocated() - baseline
+        reserved = torch.cuda.max_memory_reserved()
+        del model, optimizer, train_state
+        torch.cuda.set_per_process_memory_fraction(1.0, 0)
+        _release()
+    if budget is not None and reserved > budget:
+        fits = False  # never under a working cap; a card smaller than the budget would show it
     return PhaseResult(
         phase=phase,
         mode="measured",
@@ -110,6 +157,14 @@ def measure(
         fits=fits if budget is not None else None,
         failing_allocation=failing,
         reserved_bytes=reserved,
+        baseline_bytes=baseline,
+        attention=sdpa_backend(
+            cuda_capability(),
+            loop.PTDTYPE[config.dtype],
+            config.n_embd // config.n_head,
+            False,
+            config.dropout,
+        ),
     )
 
 

@@ -15,8 +15,12 @@ import torch
 
 from .. import loop
 from ..config import TrainConfig
+from . import reserved
+from .allocator import AllocConf
 from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
+from .gpus import DEFAULT_CAPABILITY
+from .kernels import CudaKernels
 from .models import MemoryError_, ModelSource
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
@@ -74,7 +78,13 @@ class PhaseResult:
     allocated_at_failure_bytes: int | None = None
     failing_forward: int | None = None  # which forward of the phase (1, 2, ...) the failure comes in
     breakdown: dict = field(default_factory=dict)
-    reserved_bytes: int | None = None  # measured runs only
+    reserved_bytes: int | None = None  # the allocator's reserved peak (predicted: on a card with room)
+    reserved_at_failure_bytes: int | None = None
+    reserved_within_budget_bytes: int | None = None  # reserved peak under the budget (allocator gives back)
+    allocated_fits: bool | None = None  # the verdict on allocated bytes alone (before the allocator model)
+    alloc_conf: str | None = None  # the PYTORCH_CUDA_ALLOC_CONF the prediction assumed
+    attention: str | None = None  # the SDPA kernel the card runs: flash, efficient or math
+    baseline_bytes: int | None = None  # measured: what earlier code had allocated (subtracted from the peak)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -207,6 +217,8 @@ def predict(
     stale_logits: bool = True,
     compiled: bool = False,
     peak_only: bool = False,
+    alloc_conf: AllocConf | None = None,
+    capability: tuple[int, int] = DEFAULT_CAPABILITY,
 ) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
@@ -225,6 +237,9 @@ def predict(
     the CLI passes the config's ``compile``, the guide's figures are eager unless a page says so.
     ``init_from='resume'``: AdamW's state is loaded from the checkpoint before the first evaluation,
     and train.py keeps the checkpoint's weights referenced (``state_dict``) for the whole run.
+    `alloc_conf`: the caching allocator's settings (default: PYTORCH_CUDA_ALLOC_CONF from the
+    environment); ``fits`` is decided on reserved memory (``reserved``). `capability`: the card's
+    compute capability, which picks CUDA's attention kernel (``kernels``).
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
@@ -245,15 +260,48 @@ def predict(
         mode = FakeTensorMode(allow_non_fake_inputs=False)
     else:
         mode = nullcontext()
-    with mode, warnings.catch_warnings():
+    kernels = CudaKernels(capability)
+    with mode, warnings.catch_warnings(), kernels:
         # GradScaler('cuda') on a CPU-only build warns that it disables itself
         warnings.simplefilter("ignore")
         model = source.build(gpt_config)
         model.train()
         model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
         run_config = config if batch_size is None else config.replace(batch_size=batch)
+        warm_key = (
+            repr(run_config),
+            batch,
+            source.gpt_class,
+            source.path,
+            stale_logits,
+            fake,
+            kernels.capability,
+            compiled,
+            peak_only,
+        )
+        warmup = None
         try:
-            with _recompute_under(ctx):
+            if phase == "estimate_loss" and state == "training":
+                warmup = reserved.cached_warmup(warm_key)
+                if warmup is None:  # a training step ran before this evaluation: its segments are cached
+                    step_tracker = AllocationTracker(vocab_size=gpt_config.vocab_size)
+                    with _recompute_under(ctx, kernels.fresh):
+                        _run_phase(
+                            model,
+                            run_config,
+                            "train_step",
+                            step_tracker,
+                            state,
+                            ctx,
+                            batch,
+                            1,
+                            stale_logits,
+                            bool(source.path),
+                        )
+                    warmup = step_tracker.trace
+                    reserved.remember_warmup(warm_key, warmup)
+                    tracker.forwards = 0  # the hook counted the warm-up's forwards
+            with _recompute_under(ctx, kernels.fresh):
                 _run_phase(
                     model,
                     run_config,
@@ -277,6 +325,9 @@ def predict(
                 f"{source.path}: the model cannot run on fake tensors in {phase}: "
                 f"{exc.__class__.__name__}: {first}"
             ) from None
+        if phase == "train_step" and state == "training":
+            reserved.remember_warmup(warm_key, tracker.trace)
+            warmup = tracker.trace  # the step before this one
     result = PhaseResult(
         phase=phase,
         mode="predicted",
@@ -294,6 +345,9 @@ def predict(
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
             result.failing_forward = tracker.failing_forward
+    result.attention = ", ".join(sorted(kernels.used)) or None
+    traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
+    reserved.judge(result, traces, len(traces) - 1, gpu_memory, alloc_conf)
     return result
 
 
@@ -310,6 +364,7 @@ def max_batch_size(
     state: str = "training",
     compiled: bool = False,
     predictor=None,
+    **options,
 ) -> int:
     """The largest batch_size whose predicted `phase` fits `gpu_memory` (0 if not even 1 fits).
 
@@ -324,6 +379,7 @@ def max_batch_size(
     `known` caches predictions by batch size (shared with the caller). `progress(done)` is called
     after each prediction. `predictor`: a function like ``predict`` (default: ``predict`` with
     `state`, `compiled` and ``peak_only=True``), e.g. ``distributed.predict`` with ``parallel`` bound.
+    `options` go to the predictor (``alloc_conf``, ``capability``).
     """
     predictor = predictor or functools.partial(predict, state=state, compiled=compiled, peak_only=True)
     known = {} if known is None else known
@@ -333,7 +389,7 @@ def max_batch_size(
     def fits(b: int) -> bool:
         if b not in known:
             known[b] = predictor(
-                config, phase, gpu_memory, batch_size=b, source=source, context_bytes=context_bytes
+                config, phase, gpu_memory, batch_size=b, source=source, context_bytes=context_bytes, **options
             )
             calls[0] += 1
             if progress:

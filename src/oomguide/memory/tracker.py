@@ -14,6 +14,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
+from .allocator import ALLOC, FREE, Trace
 from .cuda_model import block_size
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits_and_loss")
@@ -36,6 +37,7 @@ class _Live:
     ref: StorageWeakRef
     nbytes: int
     tag: str
+    uid: int = 0
 
 
 class AllocationTracker(TorchDispatchMode):
@@ -66,12 +68,17 @@ class AllocationTracker(TorchDispatchMode):
         self.forwards = 0  # model forwards so far (counted by the caller); the failing one is recorded
         self.failing_forward = None
         self._pending = False  # a peak whose picture is not taken yet
+        # the allocator model's input (allocator.Trace): tensors alive before, then allocations and frees
+        # in order; keeping that order means settling the frees before every allocation
+        self.trace = Trace()
+        self._uids = 0
+        self._describe_next: Allocation | None = None
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
         for t in _plain(tensors):
             before = self.current
-            key = self._add(t, tag, kept=tag in KEPT)
+            key = self._add(t, tag, kept=tag in KEPT, pre=True)
             added = self.current - before
             if self.budget is not None and self.failing is None and added > 0 and self.current > self.budget:
                 # the state itself does not fit (weights, AdamW state): the failure is here, within
@@ -85,19 +92,32 @@ class AllocationTracker(TorchDispatchMode):
     def _entry(self, key: int):
         return self.live.get(key) or self.kept.get(key)
 
-    def _add(self, t: torch.Tensor, tag: str, kept: bool = False):
+    def _add(self, t: torch.Tensor, tag: str, kept: bool = False, pre: bool = False):
         storage = t.untyped_storage()
         ref = StorageWeakRef(storage)
         entry = self._entry(ref.cdata)
         if entry is not None:
             if not entry.ref.expired():
                 return None
-            owner = self.live if ref.cdata in self.live else self.kept
-            self.current -= owner.pop(ref.cdata).nbytes  # a dead storage's address, reused
-        nbytes = self.rounding(storage.nbytes()) if storage.nbytes() else 0
-        (self.kept if kept else self.live)[ref.cdata] = _Live(ref, nbytes, tag)
+            self._drop(self.live if ref.cdata in self.live else self.kept, ref.cdata)  # address reused
+        raw = storage.nbytes()
+        nbytes = self.rounding(raw) if raw else 0
+        self._uids += 1
+        (self.kept if kept else self.live)[ref.cdata] = _Live(ref, nbytes, tag, self._uids)
         self.current += nbytes
+        if raw:  # a CUDA storage of 0 bytes takes no block
+            what, self._describe_next = self._describe_next, None
+            if pre:
+                self.trace.pre.append((self._uids, raw, tag))
+            else:
+                self.trace.events.append((ALLOC, self._uids, raw, what))
         return ref.cdata
+
+    def _drop(self, owner: dict, key: int) -> None:
+        entry = owner.pop(key)
+        self.current -= entry.nbytes
+        if entry.nbytes:
+            self.trace.events.append((FREE, entry.uid, 0, None))
 
     def __enter__(self):
         # FSDP2 frees and re-allocates its gathered parameters with UntypedStorage.resize_, which no
@@ -117,6 +137,7 @@ class AllocationTracker(TorchDispatchMode):
         torch.UntypedStorage.resize_ = self._resize
         if self._pending:
             self._snapshot()
+        self._sweep()  # what died after the last op is freed too (the next trace starts from here)
         return super().__exit__(*exc)
 
     def _resized(self, storage) -> None:
@@ -137,6 +158,11 @@ class AllocationTracker(TorchDispatchMode):
         ):
             self.failing = Allocation(grown, "resize_", (storage.nbytes(),), "bytes")
             self.allocated_at_failure = self.current
+        if grown:  # the allocator sees a resize as a free and a new block
+            if entry.nbytes:
+                self.trace.events.append((FREE, entry.uid, 0, None))
+            if nbytes:
+                self.trace.events.append((ALLOC, entry.uid, storage.nbytes(), "resize_"))
         entry.nbytes = nbytes
         self.current += grown
         if self.current > self.peak:
@@ -153,7 +179,7 @@ class AllocationTracker(TorchDispatchMode):
         if dead and self._pending:
             self._snapshot()  # the storages still listed were alive at the peak: take its picture now
         for k in dead:
-            self.current -= self.live.pop(k).nbytes
+            self._drop(self.live, k)
 
     def _tag(self, func, t: torch.Tensor, args) -> str:
         if self.tag_new:
@@ -179,9 +205,9 @@ class AllocationTracker(TorchDispatchMode):
             if entry is not None and not entry.ref.expired():
                 continue  # a view, or an in-place result
             nbytes = self.rounding(storage.nbytes())
-            if self._may_cross(nbytes):
-                # frees happen between ops and are counted lazily: settle them before deciding
-                self._sweep()
+            # frees happen between ops: settle them before the new block (the allocator replay needs
+            # their order; the peak and the budget alone would need them only when it could cross either)
+            self._sweep()
             alloc = Allocation(
                 nbytes, str(func.overloadpacket.__name__), tuple(t.shape), str(t.dtype).replace("torch.", "")
             )
@@ -189,6 +215,7 @@ class AllocationTracker(TorchDispatchMode):
                 self.failing = alloc
                 self.allocated_at_failure = self.current
                 self.failing_forward = self.forwards or None
+            self._describe_next = alloc
             self._add(t, self._tag(func, t, args))
             if self.largest is None or nbytes > self.largest.nbytes:
                 self.largest = alloc
