@@ -381,8 +381,40 @@ def max_batch_size(
     `state`, `compiled` and ``peak_only=True``), e.g. ``distributed.predict`` with ``parallel`` bound.
     `options` go to the predictor (``alloc_conf``, ``capability``).
     """
+    # the allocator's verdict depends on the whole step, not only its peak: the boundary found with
+    # one micro-step is settled with full predictions (issue 15)
+    full = None if predictor else functools.partial(predict, state=state, compiled=compiled)
     predictor = predictor or functools.partial(predict, state=state, compiled=compiled, peak_only=True)
     known = {} if known is None else known
+    settled: dict[int, bool] = {}
+
+    def full_fits(b: int) -> bool:
+        if b not in settled:
+            settled[b] = bool(
+                full(
+                    config,
+                    phase,
+                    gpu_memory,
+                    batch_size=b,
+                    source=source,
+                    context_bytes=context_bytes,
+                    **options,
+                ).fits
+            )
+            calls[0] += 1
+            if progress:
+                progress(calls[0])
+        return settled[b]
+
+    def settle(b: int) -> int:
+        if full is None:
+            return b
+        while b > 0 and not full_fits(b):
+            b -= 1
+        while b < limit and full_fits(b + 1):
+            b += 1
+        return b
+
     budget = usable_bytes(gpu_memory, context_bytes)
     calls = [0]
 
@@ -426,7 +458,7 @@ def max_batch_size(
     while True:
         lo, hi = bracket()
         if hi - lo <= 1:
-            return lo
+            return settle(lo)
         if guess is None or calls[0] >= 6:
             guess = (lo + hi) // 2  # the line misleads: bisect
         guess = min(max(guess, lo + 1), hi - 1)  # next to the boundary: the verification
