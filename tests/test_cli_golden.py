@@ -116,8 +116,9 @@ def _run(capsys, argv: list[str]) -> str:
     text = f"$ oomguide {' '.join(argv)}\nexit {rc}\n{out}"
     if err:
         text += "".join(f"stderr: {line}\n" for line in err.splitlines())
-    # check names the torch it ran: recorded as <torch>, so that the record holds for any build
-    return text.replace(torch.__version__, "<torch>")
+    # check names the torch it ran: recorded as <torch>, so that the record holds for any build;
+    # and the folders it looked in: recorded as <repo>, so that the record holds in any checkout
+    return text.replace(torch.__version__, "<torch>").replace(str(ROOT), "<repo>")
 
 
 def _compare(path: Path, actual: str, update: bool) -> None:

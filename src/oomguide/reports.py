@@ -34,6 +34,7 @@ from pathlib import Path
 
 from . import config as config_module
 from . import memory
+from .memory.gpus import DEFAULT_CAPABILITY
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES_DIR = ROOT / "tests" / "reports"
@@ -78,6 +79,7 @@ class Case:
     what: str
     card: str
     gpu_memory: int
+    capability: tuple[int, int]  # the card's compute capability: picks the attention kernel
     configs: list[Path]
     overrides: list[str]
     world_size: int
@@ -155,6 +157,11 @@ def load_case(path: Path) -> Case:
         raise CaseError(f"{where}: card.memory: {exc}") from None
     if not card.get("memory_from"):
         raise CaseError(f"{where}: card.memory_from must say where the card's size comes from")
+    capability = card.get("capability", ".".join(map(str, DEFAULT_CAPABILITY)))
+    if not re.fullmatch(r"\d+\.\d", str(capability)):
+        raise CaseError(f"{where}: card.capability must read like '8.6', got {capability!r}")
+    if "capability" in card and not card.get("capability_from"):
+        raise CaseError(f"{where}: card.capability_from must say where the card's capability comes from")
     return Case(
         id=path.name,
         path=path,
@@ -163,6 +170,7 @@ def load_case(path: Path) -> Case:
         what=_need(data, "what", where),
         card=_need(card, "name", where),
         gpu_memory=gpu_memory,
+        capability=tuple(int(x) for x in str(capability).split(".")),
         configs=configs,
         overrides=list(run.get("overrides", [])),
         world_size=int(run.get("world_size", 1)),
@@ -287,15 +295,20 @@ class Prediction:
     failing_allocation: str | None
     allocated_at_failure_bytes: int | None
     largest_allocation: str
+    reserved_bytes: int | None = None  # the allocator's reserved peak on a card with room (None: not modelled)
 
 
 class Predictor:
     """memory.predict for one check of one config on one card, cached in memory and, keyed by the
     engine's source, on disk (``.cache/``; ``OOMGUIDE_REPORTS_CACHE=0`` turns the disk off).
 
-    A peak does not depend on the card, so a case without a message reuses a prediction made for
-    another card (fits: peak within the usable memory); a case with a message gets a prediction for
-    its own card, whose failing allocation is compared with the message's request.
+    The peaks depend on the card's compute capability (the attention kernel), not on its size, so a
+    case without a message reuses a prediction made for another card of the same capability when
+    the verdict is plain: it fits when even the reserved peak (every segment the allocator keeps)
+    is within the usable memory, and not when the allocated peak is over it. Between the two, the
+    allocator's verdict under this card's budget decides, so the phase is predicted for the card.
+    A case with a message gets a prediction for its own card, whose failing allocation is compared
+    with the message's request.
     """
 
     def __init__(self, disk: bool | None = None):
@@ -305,13 +318,21 @@ class Predictor:
         self.computed = 0
 
     def __call__(
-        self, config, check: str, gpu_memory: int, world_size: int = 1, own_card: bool = False
+        self,
+        config,
+        check: str,
+        gpu_memory: int,
+        world_size: int = 1,
+        own_card: bool = False,
+        capability: tuple[int, int] = DEFAULT_CAPABILITY,
     ) -> Prediction:
         phase, state = (getattr(memory, "CHECKS", None) or _CHECKS)[check]
         predict, parallel = _predict_for(world_size)
         kwargs = {"state": state}
         if _accepts(predict, "compiled"):
             kwargs["compiled"] = bool(config.values.get("compile", False))
+        if _accepts(predict, "capability"):
+            kwargs["capability"] = tuple(capability)
         key = hashlib.sha256(
             json.dumps(
                 [
@@ -330,15 +351,23 @@ class Predictor:
             known.update({int(b): Prediction(**p) for b, p in json.loads(path.read_text()).items()})
         if gpu_memory in known:
             return known[gpu_memory]
+        usable = memory.usable_bytes(gpu_memory)
         if known and not own_card:
             other = next(iter(known.values()))
-            return replace(
-                other,
-                fits=other.peak_bytes <= memory.usable_bytes(gpu_memory),
-                failing_allocation_bytes=None,
-                failing_allocation=None,
-                allocated_at_failure_bytes=None,
-            )
+            if other.peak_bytes > usable:
+                plain = False
+            elif (other.reserved_bytes or other.peak_bytes) <= usable:
+                plain = True
+            else:
+                plain = None  # the allocator's verdict under this budget decides
+            if plain is not None:
+                return replace(
+                    other,
+                    fits=plain,
+                    failing_allocation_bytes=None,
+                    failing_allocation=None,
+                    allocated_at_failure_bytes=None,
+                )
         if parallel is None:
             result = predict(config, phase, gpu_memory, **kwargs)
         else:
@@ -352,6 +381,7 @@ class Predictor:
             failing_allocation=result.failing_allocation,
             allocated_at_failure_bytes=result.allocated_at_failure_bytes,
             largest_allocation=result.largest_allocation,
+            reserved_bytes=getattr(result, "reserved_bytes", None),
         )
         if self.disk:
             CACHE_DIR.mkdir(parents=True, exist_ok=True)
@@ -409,7 +439,14 @@ def replay(case: Case, predictor: Predictor | None = None, features: dict | None
     checks: dict[str, Prediction] = {}
     failing = None
     for check in _checks(config):
-        pred = predictor(config, check, case.gpu_memory, case.world_size, own_card=case.message is not None)
+        pred = predictor(
+            config,
+            check,
+            case.gpu_memory,
+            case.world_size,
+            own_card=case.message is not None,
+            capability=case.capability,
+        )
         checks[check] = pred
         if not pred.fits:
             failing = check
