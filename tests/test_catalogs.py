@@ -13,7 +13,11 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from babel.messages.pofile import read_po
 
 from oomguide import i18n

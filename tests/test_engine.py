@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -358,3 +359,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_output_piped_into_a_closed_reader_is_silent():
+    """`oomguide explain ... | head -1`: the reader stops reading, oomguide stops quietly."""
+    message = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.14 GiB. GPU 0 has a total "
+        "capacity of 15.77 GiB of which 2.31 GiB is free. Including non-PyTorch memory, this process "
+        "has 13.45 GiB memory in use. Of the allocated memory 12.96 GiB is allocated by PyTorch, and "
+        "120.00 MiB is reserved by PyTorch but unallocated."
+    )
+    proc = subprocess.run(
+        f"{shlex.quote(sys.executable)} -m oomguide explain - --json | head -c 1",
+        shell=True,
+        input=message,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.stdout == "{"
+    assert proc.stderr == "", proc.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 import warnings
 
@@ -322,14 +323,16 @@ def main(argv=None) -> int:
         from .explain import command as explain_command
 
         return explain_command.run(args)
+    except BrokenPipeError:  # output piped into `head` and closed: nothing left to say
+        # the interpreter flushes stdout on exit: point it at /dev/null so that the flush is silent
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FITS
     except (ConfigError, memory.MemoryError_, BadInput, ValueError, OSError) as exc:
         print(f"oomguide {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # output piped into `head` and closed: nothing left to say
-        sys.stdout = None
-        return EXIT_FITS
 
 
 if __name__ == "__main__":

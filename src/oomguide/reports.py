@@ -107,7 +107,10 @@ def _need(data: dict, key: str, where: str, kind=str):
 
 def load_case(path: Path) -> Case:
     """Read and check one case folder."""
-    import tomllib  # Python 3.11+; only the tests read cases
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the same parser, published as tomli
+        import tomli as tomllib
 
     path = Path(path)
     where = f"tests/reports/{path.name}/case.toml"
