@@ -19,7 +19,8 @@ The package, one module per job:
                   over the fake process group); ``from oomguide.memory import distributed``
 
 - ``compiled``    what torch.compile changes (fused loss, fused casts): a rule-based model
-- ``allocator``  PyTorch's caching allocator replayed on the tracker's events; PYTORCH_CUDA_ALLOC_CONF
+- ``alloc_conf`` ``PYTORCH_CUDA_ALLOC_CONF``, parsed as PyTorch parses it
+- ``allocator``  PyTorch's caching allocator replayed on the tracker's events
 - ``reserved``   the phase's warm-up and replay: reserved peak and the verdict on reserved memory
 - ``kernels``    CUDA's attention backend per compute capability and dtype, 1-byte dropout masks
 - ``gpus``       cards by name (``gpus.json``): memory as PyTorch reports it, compute capability
