@@ -298,7 +298,7 @@ class Prediction:
     failing_allocation: str | None
     allocated_at_failure_bytes: int | None
     largest_allocation: str
-    reserved_bytes: int | None = None  # the allocator's reserved peak on a card with room (None: not modelled)
+    reserved_bytes: int | None = None  # the reserved peak on a card with room (None: not modelled)
 
 
 class Predictor:
