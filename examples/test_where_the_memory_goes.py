@@ -18,7 +18,7 @@ import matplotlib
 import pytest
 import yaml
 
-from oomguide import figures, memory
+from oomguide import figures, memory, notebooks
 from oomguide.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,4 +207,38 @@ def test_notebook_draws_the_breakdown_and_the_batch_curve(executed, report):
         + ", ".join(
             f"{p} {memory.fmt_bytes(r.peak_bytes)} at batch {config.batch_size}" for p, r in peaks.items()
         )
+    )
+
+
+def test_recorded_outputs_are_current(request, report):
+    """The repository's records of the notebooks' outputs (examples/notebook-outputs/) are those of
+    today's code: the first `mkdocs serve` of a fresh clone shows them without executing anything.
+    `pytest examples --update-figures` (or `python -m oomguide.notebooks`) records them again."""
+    if request.config.getoption("--update-figures"):
+        notebooks.record()
+    problems = []
+    wanted = set()
+    for path in notebooks.notebook_paths():
+        code, kernel = notebooks.code_and_kernel(json.loads(path.read_text(encoding="utf-8")))
+        record = notebooks.RECORDS / f"{notebooks.key(code, kernel)}.json"
+        wanted.add(record)
+        lang = path.parent.name
+        if not record.is_file():
+            problems.append(f"{lang}: no record for this notebook's code and library versions")
+        elif notebooks.load(record) is None:
+            problems.append(
+                f"{lang}: record made with other code: {', '.join(notebooks.stale_modules(record))}"
+            )
+        else:
+            outputs = notebooks.load(record)
+            assert len(outputs) == len(code), f"{lang}: {len(outputs)} recorded outputs for {len(code)} cells"
+            images = sum("image/png" in o.get("data", {}) for cell in outputs for o in cell)
+            assert images >= 2, f"{lang}: the record holds {images} chart(s), the notebook draws two"
+            report(f"{lang}: recorded outputs current ({record.name}, {images} charts)")
+    extra = sorted(p.name for p in notebooks.RECORDS.glob("*.json") if p not in wanted)
+    if extra:
+        problems.append(f"records no notebook has: {', '.join(extra)}")
+    assert not problems, (
+        "examples/notebook-outputs/ is stale; run `python -m oomguide.notebooks` (or pytest examples "
+        "--update-figures) and commit it:\n  " + "\n  ".join(problems)
     )

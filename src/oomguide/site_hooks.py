@@ -21,8 +21,8 @@ Jobs:
 * **Notebooks executed in one kernel.** The languages' notebooks compute the same predictions;
   the hook runs every language's code in one kernel, started in the background as the build
   begins, each prediction computed once, and gives mkdocs-jupyter (``execute: false``) copies
-  with the outputs filled in; ``mkdocs serve`` keeps the outputs under a key of the code, the
-  engine's modules and the library versions (see below).
+  with the outputs filled in; ``mkdocs serve`` takes current outputs from a record instead
+  (:mod:`oomguide.notebooks`: its own, or the repository's in ``examples/notebook-outputs/``).
 
 The language and stem of a page come from its source path: with ``docs_structure:
 folder`` every page's ``file.src_uri`` is ``<lang>/<stem>.md`` (``en/index.md``,
@@ -34,10 +34,7 @@ from __future__ import annotations
 
 import atexit
 import fnmatch
-import hashlib
 import html as htmllib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import posixpath
@@ -52,7 +49,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
-from oomguide import figures, placement
+from oomguide import figures, notebooks, placement
 
 DEFAULT_LANG = "en"
 
@@ -283,52 +280,19 @@ def on_post_build(config) -> None:
 
 # --- notebooks executed once per build -------------------------------------------------------
 # mkdocs-jupyter would start a kernel per language (execute: true), and each would compute the same
-# full-scale predictions: the languages' notebooks differ only in their words (labels, printed
-# sentences). Instead, mkdocs.yml says `execute: false`, and as the build begins this hook starts
-# ONE kernel in the background that runs every language's code cells in turn (English first, as
-# the build goes), each in a fresh namespace, with `memory.predict` remembering its results by its
-# arguments: each prediction is computed once per build, whatever the number of languages. A
-# notebook page then gets a copy of its own notebook with its own outputs filled in, and
-# mkdocs-jupyter renders that. With mkdocs-jupyter's cache on (`mkdocs serve`), each language's
-# outputs are kept in .cache/oomguide-notebooks/ under a key made of its code cells, every module
-# of the oomguide that the kernel imports and the versions of torch, numpy and matplotlib: any
-# change to them executes the code again, so a figure is never stale. With the cache off (the
-# tests and .ci/run) every build executes.
+# full-scale predictions. Instead, mkdocs.yml says `execute: false`, and as the build begins this
+# hook starts ONE kernel in the background (oomguide.notebooks.execute) that runs every language's
+# code cells in turn, English first, as the build goes. A notebook page then gets a copy of its own
+# notebook with its own outputs filled in, and mkdocs-jupyter renders that. With mkdocs-jupyter's
+# cache on (`mkdocs serve`), outputs come from a record when one is current: the one `mkdocs serve`
+# made before (.cache/oomguide-notebooks/), else the repository's (examples/notebook-outputs/), so
+# that the first serve of a fresh clone executes nothing; a record is current while the code, the
+# library versions and every module of oomguide it used are unchanged (oomguide.notebooks.load).
+# With the cache off (the tests and .ci/run) every build executes.
 
 _EXECUTIONS: dict[str, Future] = {}  # key -> the outputs of each code cell of one notebook
 _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oomguide-notebooks")
 _TEMP: list[str] = []
-
-# run once in the kernel, before the first notebook (never shown on a page)
-_SETUP = """\
-def _remember(predict):
-    import functools
-    seen = {}
-
-    @functools.wraps(predict)
-    def remembered(*args, **kwargs):  # closures and local imports only: %reset clears the namespace
-        import copy
-        key = repr((args, sorted(kwargs.items())))
-        if key not in seen:
-            seen[key] = predict(*args, **kwargs)
-        return copy.deepcopy(seen[key])
-
-    return remembered
-
-
-import matplotlib as _matplotlib, matplotlib.pyplot as _plt
-from oomguide import memory as _memory
-_matplotlib._oomguide_rc = dict(_matplotlib.rcParams.copy())
-_memory.predict = _remember(_memory.predict)
-"""
-# run before each notebook: a fresh namespace, no figure left open, the kernel's own rcParams
-_RESET = """\
-get_ipython().run_line_magic("reset", "-f")
-import os as _os, matplotlib as _matplotlib, matplotlib.pyplot as _plt
-_plt.close("all")
-dict.update(_matplotlib.rcParams, _matplotlib._oomguide_rc)
-_os.chdir({cwd!r})
-"""
 
 
 def _cache_on(config) -> bool:
@@ -337,78 +301,13 @@ def _cache_on(config) -> bool:
 
 
 def _work_dir(config) -> Path:
-    """Where the executed copies (and, with the cache on, the outputs) live; never under docs/."""
+    """Where the executed copies (and, with the cache on, the records) live; never under docs/."""
     if _cache_on(config):
         return Path(config.config_file_path).parent / ".cache" / "oomguide-notebooks"
     if not _TEMP:
         _TEMP.append(tempfile.mkdtemp(prefix="oomguide-notebooks-"))
         atexit.register(shutil.rmtree, _TEMP[0], True)
     return Path(_TEMP[0])
-
-
-def _engine_digest() -> str:
-    """The content of every module of the oomguide package that a kernel started here imports."""
-    spec = importlib.util.find_spec("oomguide")
-    root = Path(next(iter(spec.submodule_search_locations)))
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def _versions() -> dict[str, str | None]:
-    out = {}
-    for name in ("torch", "numpy", "matplotlib"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def _code_and_kernel(notebook: dict) -> tuple[list[str], str]:
-    code = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
-    kernel = notebook.get("metadata", {}).get("kernelspec", {}).get("name") or "python3"
-    return code, kernel
-
-
-def _key(code: list[str], kernel: str, engine: str) -> str:
-    text = json.dumps({"code": code, "kernel": kernel, "engine": engine, "versions": _versions()})
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def _execute(jobs: list[dict], kernel: str, timeout: int) -> None:
-    """Run the jobs' notebooks one after another in one kernel; resolve each job's future with the
-    outputs of its code cells as soon as they are there (and store them, with the cache on)."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    def cell(source):
-        return nbformat.v4.new_code_cell(source)
-
-    nb = nbformat.v4.new_notebook(cells=[cell(_SETUP)])
-    nb.metadata["kernelspec"] = {"name": kernel, "display_name": kernel, "language": "python"}
-    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, record_timing=False)
-    try:
-        with client.setup_kernel(cwd=jobs[0]["cwd"]):
-            client.execute_cell(nb.cells[0], 0)
-            for job in jobs:
-                start = len(nb.cells)
-                nb.cells += [cell(_RESET.format(cwd=job["cwd"]))] + [cell(src) for src in job["code"]]
-                for index in range(start, len(nb.cells)):
-                    client.execute_cell(nb.cells[index], index)  # raises CellExecutionError on an error
-                outputs = json.loads(json.dumps([c.outputs for c in nb.cells[start + 1 :]]))
-                if job["store"] is not None:
-                    job["store"].parent.mkdir(parents=True, exist_ok=True)
-                    partial = job["store"].with_suffix(f".{os.getpid()}.tmp")
-                    partial.write_text(json.dumps(outputs), encoding="utf-8")
-                    os.replace(partial, job["store"])
-                job["future"].set_result(outputs)
-    except BaseException as exc:
-        for job in jobs:
-            if not job["future"].done():
-                job["future"].set_exception(exc)
-        raise
 
 
 def _notebook_sources(config) -> list[Path]:
@@ -433,24 +332,27 @@ def _notebook_sources(config) -> list[Path]:
 
 def _start(config, paths: list[Path]) -> None:
     """Start (once) the execution of the notebooks at `paths` whose outputs are not known yet."""
-    engine = _engine_digest()
     groups: dict[str, list[dict]] = {}
+    records = Path(config.config_file_path).parent / notebooks.RECORDS.relative_to(notebooks.ROOT)
     for path in paths:
-        notebook = json.loads(path.read_text(encoding="utf-8"))
-        code, kernel = _code_and_kernel(notebook)
-        key = _key(code, kernel, engine)
+        code, kernel = notebooks.code_and_kernel(json.loads(path.read_text(encoding="utf-8")))
+        key = notebooks.key(code, kernel)
         if key in _EXECUTIONS:
             continue
         future: Future = Future()
         _EXECUTIONS[key] = future
         store = _work_dir(config) / "outputs" / f"{key}.json" if _cache_on(config) else None
-        if store is not None and store.exists():
-            future.set_result(json.loads(store.read_text(encoding="utf-8")))
-            continue
+        if store is not None:
+            known = notebooks.load(store)
+            if known is None:
+                known = notebooks.load(records / f"{key}.json")
+            if known is not None:
+                future.set_result(known)
+                continue
         job = {"code": code, "cwd": str(path.parent), "store": store, "future": future}
         groups.setdefault(kernel, []).append(job)
     for kernel, jobs in groups.items():
-        _POOL.submit(_execute, jobs, kernel, 600)
+        _POOL.submit(notebooks.execute, jobs, kernel, 600)
 
 
 @event_priority(100)
@@ -470,8 +372,8 @@ def on_pre_page(page, config, files):
     source = getattr(page.file, "notebook_source", None) or page.file.abs_src_path
     page.file.notebook_source = source
     notebook = json.loads(Path(source).read_text(encoding="utf-8"))
-    code, kernel = _code_and_kernel(notebook)
-    key = _key(code, kernel, _engine_digest())
+    code, kernel = notebooks.code_and_kernel(notebook)
+    key = notebooks.key(code, kernel)
     if key not in _EXECUTIONS:  # a notebook outside docs/, or changed since the build began
         _start(config, [Path(source)])
     try:
