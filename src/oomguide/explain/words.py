@@ -74,8 +74,9 @@ TEXT: dict[str, str] = {
     "pred_diff": N_("this message: {req}"),
     "pred_all_fit": N_(
         "Every phase fits this card in the prediction, yet the run ran out: something the "
-        "prediction does not model holds memory (torch.compile, other tensors of your script, "
-        "fragmentation, other processes), or the config differs from the run's."
+        "prediction does not model holds memory (other tensors of your script, memory that earlier work "
+        "in the same process left cached, kernel workspaces, other processes), or the config differs "
+        "from the run's."
     ),
     "h_diagnosis": N_("Diagnosis"),
     "too_little_memory": N_(
@@ -175,8 +176,8 @@ TEXT: dict[str, str] = {
         "than the predicted peak, so this explains only part of the difference."
     ),
     "dis_fragmentation": N_(
-        "{unalloc} was reserved by PyTorch but unallocated (cached in pieces); the prediction assumes "
-        "no fragmentation."
+        "{unalloc} was reserved by PyTorch but unallocated (cached in pieces); the prediction replays "
+        "the caching allocator for this run alone, not what earlier work in the same process left cached."
     ),
     "dis_allocated": N_(
         "PyTorch held {allocated} and asked for {req} more: {total}, {excess} beyond the predicted "
