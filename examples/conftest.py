@@ -305,7 +305,12 @@ def nanogpt(request, tmp_path_factory):
         pytest.skip(NANOGPT_MISSING)
     from nanogpt_checkout import NanoGPT
 
-    checkout = NanoGPT(source, tmp_path_factory.mktemp("nanogpt"), cuda=memory.cuda_available())
+    checkout = NanoGPT(
+        source,
+        tmp_path_factory.mktemp("nanogpt"),
+        cuda=memory.cuda_available(),
+        gpu_memory=memory.parse_size(request.config.getoption("--gpu-memory")),
+    )
     yield checkout
     checkout.close()
 

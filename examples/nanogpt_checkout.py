@@ -12,7 +12,8 @@ Used by the ``nanogpt`` fixture (``pytest examples --nanogpt PATH``, or ``OOMGUI
   ``meta.pkl`` (train.py reads ``vocab_size`` from it), two iterations with an evaluation before
   each: the first ``estimate_loss()`` and a later one. Settings that do not cost memory or time
   keep their values. On CUDA, ``full``: the config as written (eager, ``compile=False``), two
-  iterations, ``eval_iters=2`` (the peak does not depend on it).
+  iterations, ``eval_iters=2`` (the peak does not depend on it), with the allocator capped to the
+  ``--gpu-memory`` card: a run that passes fits that card.
 - Only the settings passed on the command line are scaled: the config files hold the snippets
   exactly as the reader pastes them.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pickle
 import re
 import shlex
@@ -142,6 +144,7 @@ class NanoGPT:
     source: Path
     tmp: Path
     cuda: bool = False
+    gpu_memory: int | None = None  # on CUDA, full-scale runs are capped to this card (--gpu-memory)
     workers: int = 2
     runs: dict = field(default_factory=dict)
     _idle: list = field(default_factory=list)
@@ -255,6 +258,23 @@ class NanoGPT:
             text=True,
         )
 
+    def cap_for(self, folder: Path, configs: list[str], tail: list[str]) -> int | None:
+        """The card a full-scale CUDA run is capped to (nanogpt_run.cap): the --gpu-memory card when
+        oomguide predicts that this run, with its patched model.py, fits it in every phase, so that
+        the run passing under the cap shows it does; None (no cap) for the runs that show a problem,
+        which are predicted not to fit, and on the CPU."""
+        if not (self.cuda and self.gpu_memory):
+            return None
+        from oomguide import memory
+        from oomguide.config import load_config
+
+        config = load_config([folder / c for c in configs], [a[2:] for a in tail if a.startswith("--")])
+        source = memory.load_model_source(folder / "model.py")
+        for phase in ("train_step", "estimate_loss"):
+            if not memory.predict(config, phase, self.gpu_memory, source=source).fits:
+                return None
+        return self.gpu_memory
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
@@ -340,14 +360,17 @@ class NanoGPT:
         self.write_data(folder, values["dataset"], vocab, values["block_size"])
         record, output = folder / "oomguide-record.json", folder / "oomguide-output.txt"
         tail = [*argv_scale, *extra]
+        cap = self.cap_for(folder, configs, tail) if scale == "full" else None
+        env = {"OOMGUIDE_GPU_MEMORY": str(cap)} if cap else {}
         if shell:
-            rc = self._run_shell(folder, shell, configs, tail, record, output)
+            rc = self._run_shell(folder, shell, configs, tail, record, output, env)
         else:
             job = {
                 "cwd": str(folder),
                 "argv": ["train.py", *configs, *tail],
                 "record": str(record),
                 "output": str(output),
+                "env": env,
             }
             server = self._take_server()
             try:
@@ -362,7 +385,7 @@ class NanoGPT:
             folder, rc, data, output.read_text(errors="replace"), applied, scale, values, configs, snippets
         )
 
-    def _run_shell(self, folder, shell, configs, tail, record, output) -> int:
+    def _run_shell(self, folder, shell, configs, tail, record, output, env) -> int:
         """Shell snippets, sourced in bash as the reader types them; `python` runs the instrumented runner."""
         bindir = folder / ".oomguide-bin"
         bindir.mkdir()
@@ -385,6 +408,7 @@ class NanoGPT:
             proc = subprocess.run(
                 ["bash", "-e", "-c", "\n".join(script)],
                 cwd=folder,
+                env=dict(os.environ, **env),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 timeout=600,

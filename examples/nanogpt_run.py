@@ -11,7 +11,8 @@ whether train.py's module-level ``logits`` is still alive when an evaluation sta
 with ``runpy`` as ``__main__``, exactly as ``python train.py ...`` would run it, and the record is
 written as JSON: the forwards, the warnings, train.py's final settings and, on CUDA, the peak of
 ``torch.cuda.max_memory_allocated`` up to the first training forward (the first evaluation) and
-over the whole run.
+over the whole run. On CUDA with ``OOMGUIDE_GPU_MEMORY=<bytes>`` in the environment, the allocator
+is capped to that card first (``pytest examples --gpu-memory``), so a run that passes fits that card.
 
 ``--serve`` imports torch once and forks a fresh child per job (``{"cwd", "argv", "record",
 "output"}``), so a test pays for train.py, not for ``import torch``; it answers each job with
@@ -85,6 +86,18 @@ def instrument(rec: dict) -> None:
     GPT.__init__, GPT.forward, Block.forward = init, forward, block
 
 
+def cap(rec: dict) -> None:
+    """On CUDA, with OOMGUIDE_GPU_MEMORY=<bytes>: cap the caching allocator to that card's usable
+    memory before train.py runs (oomguide.memory.limit_cuda_memory), so that a run that passes shows
+    the settings fit that card. PYTORCH_CUDA_ALLOC_CONF is already in the environment: it still applies."""
+    budget = os.environ.get("OOMGUIDE_GPU_MEMORY")
+    if budget and torch.cuda.is_available():
+        from oomguide.memory import limit_cuda_memory
+
+        rec["gpu_memory"] = int(budget)
+        rec["fraction"] = limit_cuda_memory(int(budget))
+
+
 def plain_values(namespace: dict) -> dict:
     return {
         k: v
@@ -104,6 +117,7 @@ def run(record_path: str, argv: list[str]) -> int:
         "error": None,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "cuda_initialized_at_start": torch.cuda.is_initialized(),
+        "gpu_memory": None,
     }
     sys.argv = list(argv)
     sys.path.insert(0, os.getcwd())
@@ -112,6 +126,7 @@ def run(record_path: str, argv: list[str]) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
+            cap(rec)
             instrument(rec)
             namespace = runpy.run_path(argv[0], run_name="__main__")
             rec["globals"] = plain_values(namespace)

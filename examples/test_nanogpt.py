@@ -189,9 +189,11 @@ def check_peak(run, report):
         memory.predict(config, "estimate_loss", source=source, stale_logits=stale).peak_bytes,
     )
     measured = run.record["peak"]
+    budget = run.record.get("gpu_memory")
     report(
-        f"nanoGPT {run.folder.name}: measured peak {memory.fmt_bytes(measured)} on {run.record['device']}, "
-        f"predicted {memory.fmt_bytes(predicted)}"
+        f"nanoGPT {run.folder.name}: measured peak {memory.fmt_bytes(measured)} on {run.record['device']}"
+        + (f" capped to a {memory.fmt_bytes(budget)} card" if budget else " (no cap)")
+        + f", predicted {memory.fmt_bytes(predicted)}"
     )
     assert measured == pytest.approx(predicted, rel=0.1)
 
@@ -380,3 +382,32 @@ def test_figures_hold_on_the_patched_nanogpt_model(nanogpt, report, change, conf
         f"{memory.fmt_bytes(theirs)}, page {page}.{key} {memory.fmt_bytes(ours)}"
     )
     assert math.isclose(theirs, ours, rel_tol=0.01)
+
+
+def test_full_scale_runs_are_capped_where_predicted_to_fit(nanogpt, tmp_path, report):
+    """On CUDA a full-scale run is capped to the --gpu-memory card when oomguide predicts that it fits
+    (so the run passing shows it does), and runs uncapped where it shows the problem. The choice is
+    made on the patched copy before train.py starts; here with CUDA pretended, as it only predicts."""
+    from nanogpt_checkout import NanoGPT
+
+    budget = memory.parse_size("11.69GiB")
+    probe = NanoGPT(nanogpt.source, tmp_path, cuda=True, gpu_memory=budget)
+    caps = {}
+    for snippets in (COMBINATIONS["12gb-expected"], ("eval-oom-12gb/situation.py",)):
+        folder = probe.copy("cap")
+        configs, _, _ = probe.apply(folder, snippets)
+        tail, _, _ = probe.scale_args(folder, configs, "full", folder / "out", [])
+        caps[snippets[-1]] = probe.cap_for(folder, configs, tail)
+        report(
+            f"full scale on CUDA, {snippets[-1]}: "
+            + (
+                f"capped to {memory.fmt_bytes(budget)}"
+                if caps[snippets[-1]]
+                else "not capped (predicted not to fit)"
+            )
+        )
+    assert caps == {"estimate-loss-oom/expected.py": budget, "eval-oom-12gb/situation.py": None}
+    assert (
+        NanoGPT(nanogpt.source, tmp_path, cuda=False, gpu_memory=budget).cap_for(folder, configs, tail)
+        is None
+    )
