@@ -21,6 +21,11 @@ from .words import TEXT
 
 
 def _int(n: int, lang: str) -> str:
+    """A count as `lang` writes it; in German grouped with a narrow no-break space instead of the
+    period (DIN 5008 allows both): next to sizes printed PyTorch's way ("6.14 GiB"), "6.593.445.888"
+    would make the period mean two things in one answer."""
+    if lang == "de":
+        return figures.format_figure(n, "int", lang).replace(".", figures.NNBSP)
     return figures.format_figure(n, "int", lang)
 
 
