@@ -39,10 +39,12 @@ _PREDICTIONS: dict = {}
 
 
 def predict(
-    config, phase: str, state: str = "training", eval_iters: int = 1, alloc_conf=None
+    config, phase: str, state: str = "training", eval_iters: int = 1, alloc_conf=None, compiled: bool = False
 ) -> memory.PhaseResult:
-    """memory.predict for the 12 GB card, cached: several sections of the page share predictions."""
-    key = (tuple(sorted(config.values.items())), phase, state, eval_iters, alloc_conf)
+    """memory.predict for the 12 GB card, cached: several sections of the page share predictions.
+
+    Eager unless `compiled` (the page's figures are eager; its first note gives the compiled ones)."""
+    key = (tuple(sorted(config.values.items())), phase, state, eval_iters, alloc_conf, compiled)
     if key not in _PREDICTIONS:
         _PREDICTIONS[key] = memory.predict(
             config,
@@ -51,6 +53,7 @@ def predict(
             state=state,
             eval_iters=eval_iters,
             alloc_conf=alloc_conf,
+            compiled=compiled,
         )
     return _PREDICTIONS[key]
 
@@ -148,6 +151,38 @@ def test_situation(snippet, figure, report):
     figure("train_activations", train.breakdown["activations"], "gib")
     assert train.fits is False  # eager: the training step alone is over the card (see the compile note)
     report(f"{PAGE}: eager train_step {memory.fmt_bytes(train.peak_bytes)} at batch_size=16 (does not fit)")
+
+
+def test_eager_and_compiled(snippet, figure, report):
+    """The page's first note: both phases eager and compiled (nanoGPT's default, compile = True).
+
+    Compiled, Inductor's fused loss never creates the log-probabilities nor their float32 copy
+    (memory.compiled); the rest of the page is eager, where every tensor of the loss is visible."""
+    config = snippet.config(SITUATION)
+    assert config.compile is True  # the situation keeps nanoGPT's default
+    rows = {}
+    for phase, name in (("train_step", "train"), ("estimate_loss", "eval")):
+        eager, compiled = predict(config, phase), predict(config, phase, compiled=True)
+        figure(f"{name}_fits", int(eager.fits), "mark")
+        figure(f"{name}_peak_compiled", compiled.peak_bytes, "gib")
+        figure(f"{name}_fits_compiled", int(compiled.fits), "mark")
+        assert compiled.peak_bytes < eager.peak_bytes
+        rows[name] = (eager, compiled)
+    # the note's words: eagerly the training step is over the card (and the later evaluation fails on
+    # reserved memory, see "What really happens"); compiled, both phases fit
+    assert not rows["train"][0].fits and not rows["eval"][0].fits
+    assert rows["train"][1].fits and rows["eval"][1].fits
+    # compiled or not, the logits are the evaluation's largest term: compiled, three float16 logits
+    # tensors (the current batch's, the previous batch's, the last training micro-step's), no loss terms
+    compiled_eval = rows["eval"][1]
+    terms = compiled_eval.breakdown
+    assert max(terms, key=terms.get) == "logits_and_loss"
+    assert terms["logits_and_loss"] == 3 * logits_bytes(config)
+    figure("eval_logits_term_compiled", terms["logits_and_loss"], "gib")
+    report(
+        f"{PAGE}: compiled train_step {memory.fmt_bytes(rows['train'][1].peak_bytes)}, "
+        f"estimate_loss {memory.fmt_bytes(compiled_eval.peak_bytes)} (both fit)"
+    )
 
 
 def test_source_kv_arithmetic_is_not_what_evaluation_holds(figure):
