@@ -443,10 +443,13 @@ ALLOC, FREE = "alloc", "free"
 @dataclass
 class Trace:
     """A tracked run: `pre` are tensors that existed before it (uid, nbytes, what), `events` the
-    allocations and frees it made, in order: (ALLOC, uid, nbytes, what) or (FREE, uid, 0, None)."""
+    allocations and frees it made, in order: (ALLOC, uid, nbytes, what) or (FREE, uid, 0, None).
+    `checks`: where (an index into `events`) the tracker saw a new storage of 0 bytes, which the
+    allocator never sees but the tracker's peak does (``batches.trace_peak``)."""
 
     pre: list = field(default_factory=list)
     events: list = field(default_factory=list)
+    checks: list = field(default_factory=list)
 
 
 @dataclass

@@ -26,12 +26,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch.overrides import TorchFunctionMode
 
 from .. import loop
 from ..config import ConfigError, TrainConfig
 from .cuda_model import block_size, cuda_autocast_context, segment_size
-from .models import ModelSource
+from .models import ModelSource, no_init
 from .predict import PHASES, PhaseResult, _run_phase
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
@@ -357,7 +356,7 @@ def predict(
                 from torch.distributed.device_mesh import init_device_mesh
 
                 mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-            with torch.device("meta"), _no_init():
+            with torch.device("meta"), no_init():
                 model = source.build(gpt_config)
             shard(model, mesh, config.dtype)
             mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else _nothing()
@@ -369,7 +368,8 @@ def predict(
                 )
         else:
             with FakeTensorMode(allow_non_fake_inputs=False) if fake else _nothing():
-                model = source.build(gpt_config)
+                with no_init() if fake else _nothing():
+                    model = source.build(gpt_config)
                 model.train()
                 buckets = _ddp_buckets(  # alive as long as DDP is
                     model, tracker, parallel.gradient_as_bucket_view, run_config.gradient_accumulation_steps
@@ -395,20 +395,6 @@ def predict(
     return result
 
 
-class _no_init(TorchFunctionMode):
-    """Skip the in-place initialisers while a model is built on the meta device: a meta tensor has no
-    values, yet PyTorch's meta ``normal_`` is slow enough to take seconds for GPT-2's embeddings."""
-
-    SKIP = {"normal_", "uniform_", "zero_", "fill_", "trunc_normal_", "ones_", "zeros_"}
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        target = args[0] if args else kwargs.get("tensor")
-        if getattr(func, "__name__", "") in self.SKIP and isinstance(target, torch.Tensor) and target.is_meta:
-            return target
-        return func(*args, **kwargs)
-
-
 class _nothing:
     def __enter__(self):
         return self
@@ -422,7 +408,7 @@ def modelled_bucket_bytes(config: TrainConfig, source: ModelSource | None = None
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     source = source or ModelSource()
-    with FakeTensorMode(), warnings.catch_warnings():
+    with FakeTensorMode(), warnings.catch_warnings(), no_init():
         warnings.simplefilter("ignore")
         model = source.build(config.gpt_config())
         return sum(block_size(n) for n in bucket_bytes(model))

@@ -15,13 +15,14 @@ import torch
 
 from .. import loop
 from ..config import TrainConfig
-from . import reserved
-from .allocator import AllocConf
+from ..model import GPT
+from . import batches, reserved
+from .allocator import AllocConf, replay
 from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
-from .models import MemoryError_, ModelSource
+from .models import MemoryError_, ModelSource, no_init
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
@@ -219,6 +220,7 @@ def predict(
     peak_only: bool = False,
     alloc_conf: AllocConf | None = None,
     capability: tuple[int, int] = DEFAULT_CAPABILITY,
+    search: bool = False,
 ) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
@@ -240,6 +242,9 @@ def predict(
     `alloc_conf`: the caching allocator's settings (default: PYTORCH_CUDA_ALLOC_CONF from the
     environment); ``fits`` is decided on reserved memory (``reserved``). `capability`: the card's
     compute capability, which picks CUDA's attention kernel (``kernels``).
+    `search=True` (the batch-size search): only ``peak_bytes`` and ``fits`` are wanted; they may come
+    from the traces of real predictions at two other batch sizes (``batches``), exactly as a run
+    would give them; the other figures are then left empty.
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
@@ -250,6 +255,29 @@ def predict(
     source = source or ModelSource()
     batch = batch_size or config.batch_size
     budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
+    family = None
+    if fake and source.path is None and source.gpt_class is GPT:
+        if not (phase == "estimate_loss" and config.eval_batch_size):  # chunks: as many as b needs
+            family = repr(
+                (
+                    sorted((k, v) for k, v in config.values.items() if k != "batch_size"),
+                    phase,
+                    state,
+                    seed,
+                    eval_iters,
+                    stale_logits,
+                    compiled,
+                    peak_only,
+                    tuple(capability),
+                )
+            )
+    if search and family is not None and gpu_memory is not None:
+        options = dict(state=state, context_bytes=context_bytes, seed=seed, eval_iters=eval_iters)
+        options.update(stale_logits=stale_logits, compiled=compiled, peak_only=peak_only)
+        options.update(alloc_conf=alloc_conf, capability=capability)
+        found = _derived(family, config, phase, gpu_memory, batch, budget, options)
+        if found is not None:
+            return found
     gpt_config = config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
     ctx = compiled_context(config.dtype) if compiled else cuda_autocast_context(config.dtype)
@@ -264,7 +292,8 @@ def predict(
     with mode, warnings.catch_warnings(), kernels:
         # GradScaler('cuda') on a CPU-only build warns that it disables itself
         warnings.simplefilter("ignore")
-        model = source.build(gpt_config)
+        with no_init() if fake else nullcontext():
+            model = source.build(gpt_config)
         model.train()
         model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
         run_config = config if batch_size is None else config.replace(batch_size=batch)
@@ -348,6 +377,39 @@ def predict(
     result.attention = ", ".join(sorted(kernels.used)) or None
     traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
     reserved.judge(result, traces, len(traces) - 1, gpu_memory, alloc_conf)
+    if family is not None:
+        batches.remember(family, batch, traces, tracker.peak)
+    return result
+
+
+def _derived(family, config, phase, gpu_memory, batch, budget, options) -> PhaseResult | None:
+    """The peak and verdict of `batch` from the family's traces (None: a real prediction is needed).
+
+    A family with one run gets its second at the next batch size (the same for every phase, so that a
+    later estimate_loss finds that batch size's training step among the warm-ups)."""
+    runs = batches.family(family)
+    if batch == 1 and 1 not in runs.runs:
+        return None
+    if not runs.ready(batch) and len(runs.runs) == 1 and not runs.broken:
+        (only,) = runs.runs
+        second = only + 1 if only >= 2 else 2
+        if second != batch:
+            predict(config, phase, gpu_memory, batch_size=second, **options)
+    if not runs.ready(batch):
+        return None
+    traces = runs.traces(batch)
+    peak = runs.peak(batch)
+    result = PhaseResult(phase, "predicted", batch, peak, 0, "", budget_bytes=budget)
+    conf = reserved.alloc_conf_from_env() if options["alloc_conf"] is None else options["alloc_conf"]
+    limit, fraction = reserved.limit_for(budget, gpu_memory, conf)
+    if limit is None:
+        return None
+    if len(traces) == 1 and peak > limit:
+        # one trace, replayed under the limit from its start: the allocator holds at least what the
+        # tracker counts, so the replay would fail (a warm-up replayed without the limit may not)
+        result.fits = False
+    else:
+        result.fits = replay(traces, conf, limit, measure_from=len(traces) - 1, fraction=fraction).fits
     return result
 
 
@@ -383,8 +445,10 @@ def max_batch_size(
     """
     # the allocator's verdict depends on the whole step, not only its peak: the boundary found with
     # one micro-step is settled with full predictions (issue 15)
-    full = None if predictor else functools.partial(predict, state=state, compiled=compiled)
+    full = None if predictor else functools.partial(predict, state=state, compiled=compiled, search=True)
     predictor = predictor or functools.partial(predict, state=state, compiled=compiled, peak_only=True)
+    # the probes want a peak and a verdict only: a predictor that can derive them is told so
+    probe = functools.partial(predictor, search=True) if _takes(predictor, "search") else predictor
     known = {} if known is None else known
     settled: dict[int, bool] = {}
 
@@ -420,7 +484,7 @@ def max_batch_size(
 
     def fits(b: int) -> bool:
         if b not in known:
-            known[b] = predictor(
+            known[b] = (probe if b != b0 else predictor)(  # b0's breakdown is read below
                 config, phase, gpu_memory, batch_size=b, source=source, context_bytes=context_bytes, **options
             )
             calls[0] += 1
@@ -464,6 +528,17 @@ def max_batch_size(
         guess = min(max(guess, lo + 1), hi - 1)  # next to the boundary: the verification
         fits(guess)
         guess = line_guess()
+
+
+def _takes(func, name: str) -> bool:
+    """Whether `func` accepts the keyword `name` (a function with ``**kwargs`` is taken to pass it on)."""
+    import inspect
+
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def batch_size_of(config: TrainConfig, phase: str) -> int:

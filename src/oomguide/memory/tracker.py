@@ -7,6 +7,7 @@ and the first allocation over a budget. It never runs model code itself and neve
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,7 @@ class _Live:
     nbytes: int
     tag: str
     uid: int = 0
+    watch: object = None  # a weak reference to the storage whose callback notes its death
 
 
 class AllocationTracker(TorchDispatchMode):
@@ -73,6 +75,9 @@ class AllocationTracker(TorchDispatchMode):
         self.trace = Trace()
         self._uids = 0
         self._describe_next: Allocation | None = None
+        # (key, uid) of the swept storages that died since the last sweep, noted by weakref callbacks
+        # (a storage's Python object lives exactly as long as the storage): a sweep looks at those only
+        self._died: list[tuple[int, int]] = []
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
@@ -103,7 +108,12 @@ class AllocationTracker(TorchDispatchMode):
         raw = storage.nbytes()
         nbytes = self.rounding(raw) if raw else 0
         self._uids += 1
-        (self.kept if kept else self.live)[ref.cdata] = _Live(ref, nbytes, tag, self._uids)
+        entry = _Live(ref, nbytes, tag, self._uids)
+        if kept:
+            self.kept[ref.cdata] = entry
+        else:
+            entry.watch = weakref.ref(storage, _Death(self._died, ref.cdata, self._uids))
+            self.live[ref.cdata] = entry
         self.current += nbytes
         if raw:  # a CUDA storage of 0 bytes takes no block
             what, self._describe_next = self._describe_next, None
@@ -111,6 +121,8 @@ class AllocationTracker(TorchDispatchMode):
                 self.trace.pre.append((self._uids, raw, tag))
             else:
                 self.trace.events.append((ALLOC, self._uids, raw, what))
+        elif not pre:
+            self.trace.checks.append(len(self.trace.events))  # the tracker's peak is checked here too
         return ref.cdata
 
     def _drop(self, owner: dict, key: int) -> None:
@@ -175,7 +187,11 @@ class AllocationTracker(TorchDispatchMode):
         return self.budget is not None and self.failing is None and self.current + nbytes > self.budget
 
     def _sweep(self) -> None:
-        dead = [k for k, e in self.live.items() if e.ref.expired()]
+        """Free the swept storages that died since the last sweep, in the order they were allocated."""
+        if not self._died:
+            return
+        died, self._died[:] = sorted(self._died, key=lambda d: d[1]), []
+        dead = [k for k, uid in died if (e := self.live.get(k)) is not None and e.uid == uid]
         if dead and self._pending:
             self._snapshot()  # the storages still listed were alive at the peak: take its picture now
         for k in dead:
@@ -249,6 +265,21 @@ class AllocationTracker(TorchDispatchMode):
             name = "gradients" if key in self.peak_grad_keys else tag
             out[name] = out.get(name, 0) + nbytes  # a strategy may add its own (ddp_buckets)
         return out
+
+
+class _Death:
+    """The callback of a storage's weak reference: notes (key, uid) when the storage dies.
+
+    Holds no reference to the tracker or its entries, so that no reference cycle waits for the
+    garbage collector (whose timing would otherwise move with the tracker's own objects)."""
+
+    __slots__ = ("died", "key", "uid")
+
+    def __init__(self, died: list, key: int, uid: int):
+        self.died, self.key, self.uid = died, key, uid
+
+    def __call__(self, _ref) -> None:
+        self.died.append((self.key, self.uid))
 
 
 def _plain(tensors):
