@@ -315,6 +315,10 @@ def _print_check(out: dict, config) -> None:
 
 
 def main(argv=None) -> int:
+    if argv is None:  # the program itself (not a call from Python): TorchDynamo only if needed
+        from .memory import light_dynamo
+
+        light_dynamo.install()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
