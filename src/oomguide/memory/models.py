@@ -58,7 +58,9 @@ class no_init(TorchFunctionMode):
         kwargs = kwargs or {}
         target = args[0] if args else kwargs.get("tensor")
         name = getattr(func, "__name__", "")
-        initialiser = name in self.SKIP or (getattr(func, "__module__", "") == "torch.nn.init" and name.endswith("_"))
+        initialiser = name in self.SKIP or (
+            getattr(func, "__module__", "") == "torch.nn.init" and name.endswith("_")
+        )
         if initialiser and isinstance(target, torch.Tensor) and _valueless(target):
             return target
         return func(*args, **kwargs)

@@ -255,29 +255,57 @@ def predict(
     source = source or ModelSource()
     batch = batch_size or config.batch_size
     budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
-    family = None
-    if fake and source.path is None and source.gpt_class is GPT:
-        if not (phase == "estimate_loss" and config.eval_batch_size):  # chunks: as many as b needs
-            family = repr(
-                (
-                    sorted((k, v) for k, v in config.values.items() if k != "batch_size"),
-                    phase,
-                    state,
-                    seed,
-                    eval_iters,
-                    stale_logits,
-                    compiled,
-                    peak_only,
-                    tuple(capability),
-                )
-            )
+    run = dict(source=source, state=state, fake=fake, seed=seed, eval_iters=eval_iters)
+    run.update(stale_logits=stale_logits, compiled=compiled, peak_only=peak_only, capability=capability)
+    family = _family(config, phase, run)
     if search and family is not None and gpu_memory is not None:
-        options = dict(state=state, context_bytes=context_bytes, seed=seed, eval_iters=eval_iters)
-        options.update(stale_logits=stale_logits, compiled=compiled, peak_only=peak_only)
-        options.update(alloc_conf=alloc_conf, capability=capability)
-        found = _derived(family, config, phase, gpu_memory, batch, budget, options)
+        found = _derived(family, config, phase, gpu_memory, batch, budget, alloc_conf, run)
         if found is not None:
             return found
+    result, traces, peak = _run(config, phase, batch, budget, run_config_of(config, batch_size, batch), **run)
+    reserved.judge(result, traces, len(traces) - 1, gpu_memory, alloc_conf)
+    if family is not None:
+        batches.remember(family, batch, traces, peak)
+    return result
+
+
+def run_config_of(config: TrainConfig, batch_size: int | None, batch: int) -> TrainConfig:
+    """The config a run at `batch` reads (`batch_size`: the one asked for, None for the config's)."""
+    return config if batch_size is None else config.replace(batch_size=batch)
+
+
+def _family(config: TrainConfig, phase: str, run: dict) -> str | None:
+    """The key under which runs that differ only in the batch size are filed (``batches``), or None
+    where a run may change with the batch size otherwise than in sizes: a reader's model, real
+    tensors, estimate_loss in chunks of eval_batch_size (as many chunks as the batch size needs)."""
+    source = run["source"]
+    if not run["fake"] or source.path is not None or source.gpt_class is not GPT:
+        return None
+    if phase == "estimate_loss" and config.eval_batch_size:
+        return None
+    values = sorted((k, v) for k, v in config.values.items() if k != "batch_size")
+    return repr((values, phase, *(run[k] for k in sorted(run) if k != "source")))
+
+
+def _run(
+    config,
+    phase,
+    batch,
+    budget,
+    run_config,
+    *,
+    source,
+    state,
+    fake,
+    seed,
+    eval_iters,
+    stale_logits,
+    compiled,
+    peak_only,
+    capability,
+):
+    """Run `phase` tracked (after the training step before it, for a later estimate_loss): the result
+    without the allocator's view, the traces for it (warm-up first), and the tracker's peak."""
     gpt_config = config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
     ctx = compiled_context(config.dtype) if compiled else cuda_autocast_context(config.dtype)
@@ -296,7 +324,6 @@ def predict(
             model = source.build(gpt_config)
         model.train()
         model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
-        run_config = config if batch_size is None else config.replace(batch_size=batch)
         warm_key = (
             repr(run_config),
             batch,
@@ -376,13 +403,10 @@ def predict(
             result.failing_forward = tracker.failing_forward
     result.attention = ", ".join(sorted(kernels.used)) or None
     traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
-    reserved.judge(result, traces, len(traces) - 1, gpu_memory, alloc_conf)
-    if family is not None:
-        batches.remember(family, batch, traces, tracker.peak)
-    return result
+    return result, traces, tracker.peak
 
 
-def _derived(family, config, phase, gpu_memory, batch, budget, options) -> PhaseResult | None:
+def _derived(family, config, phase, gpu_memory, batch, budget, alloc_conf, run) -> PhaseResult | None:
     """The peak and verdict of `batch` from the family's traces (None: a real prediction is needed).
 
     A family with one run gets its second at the next batch size (the same for every phase, so that a
@@ -393,14 +417,15 @@ def _derived(family, config, phase, gpu_memory, batch, budget, options) -> Phase
     if not runs.ready(batch) and len(runs.runs) == 1 and not runs.broken:
         (only,) = runs.runs
         second = only + 1 if only >= 2 else 2
-        if second != batch:
-            predict(config, phase, gpu_memory, batch_size=second, **options)
+        if second != batch:  # its traces are what is wanted: no verdict of its own
+            _, traces, peak = _run(config, phase, second, None, run_config_of(config, second, second), **run)
+            batches.remember(family, second, traces, peak)
     if not runs.ready(batch):
         return None
     traces = runs.traces(batch)
     peak = runs.peak(batch)
     result = PhaseResult(phase, "predicted", batch, peak, 0, "", budget_bytes=budget)
-    conf = reserved.alloc_conf_from_env() if options["alloc_conf"] is None else options["alloc_conf"]
+    conf = reserved.alloc_conf_from_env() if alloc_conf is None else alloc_conf
     limit, fraction = reserved.limit_for(budget, gpu_memory, conf)
     if limit is None:
         return None
