@@ -227,6 +227,30 @@ def test_max_batch_size_is_the_boundary():
 
 
 @pytest.mark.parametrize(
+    ("phase", "state", "compiled"),
+    [("train_step", "training", False), ("estimate_loss", "first", True), ("estimate_loss", "training", False)],
+)
+def test_search_probes_equal_runs(phase, state, compiled):
+    """The batch-size search's probes (``predict(search=True)``) come from two real runs (the config's
+    batch size and the next one, memory/batches.py): peak and verdict as a run at that batch size
+    gives them, below and above the card (200 MiB usable: 9 fits, 13 fits on allocated memory)."""
+    from oomguide.memory import batches
+
+    config = load_config([], ["n_layer=2", "n_embd=128", "n_head=4", "block_size=256", "vocab_size=4096"])
+    config = config.replace(batch_size=3, gradient_accumulation_steps=2)
+    card = memory.parse_size("456MiB")
+    options = dict(state=state, compiled=compiled)
+    memory.predict(config, phase, card, **options)  # the first run, as `oomguide check` makes it
+    sizes = (1, 2, 5, 9, 12, 13, 17, 33, 65)
+    derived = [memory.predict(config, phase, card, batch_size=b, search=True, **options) for b in sizes]
+    assert [r.largest_allocation for r in derived[1:]] == [""] * (len(sizes) - 1)  # not runs
+    real = [memory.predict(config, phase, card, batch_size=b, **options) for b in sizes]
+    assert [(r.peak_bytes, r.fits) for r in derived] == [(r.peak_bytes, r.fits) for r in real]
+    assert {r.fits for r in real} == {True, False}
+    assert not any(family.broken for family in batches._FAMILIES.values())  # every run agreed
+
+
+@pytest.mark.parametrize(
     "text, expected", [("11.69GiB", int(11.69 * GiB)), ("12GB", 12 * 10**9), ("4096MiB", 4 * GiB)]
 )
 def test_sizes(text, expected):
