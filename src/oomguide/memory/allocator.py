@@ -76,14 +76,14 @@ class AllocatorOOM(Exception):
         )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Segment:
     base: int
     size: int  # cudaMalloc'ed size, or the address space of an expandable segment
     page: int = 0  # expandable segments: the mapping granularity
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Block:
     pool: _Pool
     segment: _Segment
