@@ -228,7 +228,11 @@ def test_max_batch_size_is_the_boundary():
 
 @pytest.mark.parametrize(
     ("phase", "state", "compiled"),
-    [("train_step", "training", False), ("estimate_loss", "first", True), ("estimate_loss", "training", False)],
+    [
+        ("train_step", "training", False),
+        ("estimate_loss", "first", True),
+        ("estimate_loss", "training", False),
+    ],
 )
 def test_search_probes_equal_runs(phase, state, compiled):
     """The batch-size search's probes (``predict(search=True)``) come from two real runs (the config's
@@ -248,6 +252,27 @@ def test_search_probes_equal_runs(phase, state, compiled):
     assert [(r.peak_bytes, r.fits) for r in derived] == [(r.peak_bytes, r.fits) for r in real]
     assert {r.fits for r in real} == {True, False}
     assert not any(family.broken for family in batches._FAMILIES.values())  # every run agreed
+
+
+@pytest.mark.parametrize("as_view", [False, True])
+def test_search_probes_equal_runs_under_ddp(as_view):
+    """The same for one rank of DDP, whose verdict is on allocated memory (``batches.trace_fits``)."""
+    from oomguide.memory import batches, distributed
+
+    config = load_config([], ["n_layer=2", "n_embd=128", "n_head=4", "block_size=256", "vocab_size=4096"])
+    config = config.replace(batch_size=3, gradient_accumulation_steps=4)
+    parallel = distributed.Parallel(2, "ddp", as_view)
+    card = memory.parse_size("456MiB")
+    distributed.predict(config, "train_step", card, parallel)
+    sizes = (2, 5, 9, 12, 13, 17, 33)
+    derived = [
+        distributed.predict(config, "train_step", card, parallel, batch_size=b, search=True) for b in sizes
+    ]
+    assert [r.largest_allocation for r in derived] == [""] * len(sizes)
+    real = [distributed.predict(config, "train_step", card, parallel, batch_size=b) for b in sizes]
+    assert [(r.peak_bytes, r.fits) for r in derived] == [(r.peak_bytes, r.fits) for r in real]
+    assert {r.fits for r in real} == {True, False}
+    assert not any(family.broken for family in batches._FAMILIES.values())
 
 
 @pytest.mark.parametrize(

@@ -183,18 +183,15 @@ def run_check(args) -> int:
     quiet = args.json or not sys.stderr.isatty()
     if config.compile and not parallel.single:
         notes.append("compile=True: torch.compile is modelled for one process only; figures are eager")
-    if getattr(args, "program", False) and parallel.single and not args.no_search:
+    if getattr(args, "program", False) and not args.no_search and parallel.strategy != "fsdp":
         # the searches' second runs, made meanwhile by a second process (memory/prefetch.py)
         from .memory import prefetch, search
 
-        checks = [memory.CHECKS[name] for name in phases]
-        capability = card.gpu.capability
-        prefetch.start(
-            search.search_jobs(config, checks, source=source, compiled=out["compiled"], capability=capability)
-        )
+        checks = [(memory.CHECKS[name][0], _options(name, out)) for name in phases]
+        prefetch.start(search.second_runs(predictor, config, checks, source=source))
     for name in phases:
         phase, state = memory.CHECKS[name]
-        options = {"state": state, **({"compiled": True} if out["compiled"] else {})}
+        options = _options(name, out)
         known: dict = {}
         result = predictor(config, phase, args.gpu_memory, source=source, **options)
         known[config.batch_size] = result
@@ -219,6 +216,11 @@ def run_check(args) -> int:
     else:
         _print_check(out, config)
     return EXIT_FITS if fits else EXIT_DOES_NOT_FIT
+
+
+def _options(name: str, out: dict) -> dict:
+    """The predictor's options for the check `name`: its state, and compiled when the model is."""
+    return {"state": memory.CHECKS[name][1], **({"compiled": True} if out["compiled"] else {})}
 
 
 def _card(args):

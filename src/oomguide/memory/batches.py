@@ -26,6 +26,7 @@ from .allocator import ALLOC, Trace
 from .cuda_model import block_size
 
 _FAMILIES: OrderedDict = OrderedDict()  # key -> Family, the most recent last
+filed: list = []  # (key, batch size) of every run filed, in order (``prefetch`` sends them on)
 
 
 @dataclass
@@ -116,6 +117,7 @@ def family(key) -> Family:
 def remember(key, batch: int, traces: list[Trace], peak: int) -> None:
     """File a real prediction's traces under `key`."""
     family(key).add(Run(batch, traces, peak))
+    filed.append((key, batch))
 
 
 def trace_peak(trace: Trace, rounding=block_size) -> int:
@@ -143,6 +145,34 @@ def trace_peak(trace: Trace, rounding=block_size) -> int:
         peak = max(peak, current)
         next_check = next(checks, None)
     return peak
+
+
+def trace_fits(trace: Trace, budget: int, rounding=block_size) -> bool:
+    """Whether the tracker saw no allocation over `budget` (its ``failing``: a verdict on allocated
+    memory, as ``distributed.predict`` gives it): a tensor alive before, counted as registered, or a
+    new storage (one of 0 bytes books a block in that check) beyond what is alive when it comes."""
+    booked = {}
+    current = 0
+    for uid, nbytes, _what in trace.pre:
+        booked[uid] = rounding(nbytes)
+        current += booked[uid]
+        if current > budget:
+            return False
+    checks = iter(trace.checks)
+    next_check = next(checks, None)
+    for i, (kind, uid, nbytes, _what) in enumerate(trace.events):
+        while next_check == i:
+            if current + rounding(0) > budget:
+                return False
+            next_check = next(checks, None)
+        if kind == ALLOC:
+            booked[uid] = rounding(nbytes)
+            if current + booked[uid] > budget:
+                return False
+            current += booked[uid]
+        else:
+            current -= booked.pop(uid, 0)
+    return next_check is None or current + rounding(0) <= budget
 
 
 def _sizes_only(items, events=False):

@@ -29,9 +29,11 @@ import torch.distributed as dist
 
 from .. import loop
 from ..config import ConfigError, TrainConfig
+from ..model import GPT
+from . import batches, prefetch
 from .cuda_model import block_size, cuda_autocast_context, segment_size
 from .models import ModelSource, no_init
-from .predict import PHASES, PhaseResult, _run_phase
+from .predict import PHASES, PhaseResult, _run_phase, second_batch
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
@@ -312,12 +314,14 @@ def predict(
     eval_iters: int = 1,
     stale_logits: bool = True,
     fake: bool = True,
+    search: bool = False,
 ) -> PhaseResult:
     """One rank's peak of `phase` when `parallel.world_size` processes train with `parallel.strategy`.
 
     Same arguments and result as ``memory.predict``; the breakdown adds ``ddp_buckets`` under DDP.
     ``fake=False`` runs on real CPU tensors (FSDP2: in the real process group the caller set up),
-    to check the prediction against a real run.
+    to check the prediction against a real run. `search=True` (the batch-size search): DDP's peak
+    and verdict (on allocated memory) may come from two runs at other batch sizes (``batches``).
     """
     if parallel.single:
         from .predict import predict as predict_single
@@ -337,10 +341,29 @@ def predict(
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
     source = source or ModelSource()
+    asked = config
     config = per_rank_config(config, parallel)
     batch = batch_size or config.batch_size
     run_config = config if batch_size is None else config.replace(batch_size=batch)
     budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
+    family = None
+    if fake and parallel.strategy == "ddp" and source.path is None and source.gpt_class is GPT:
+        if not (phase == "estimate_loss" and config.eval_batch_size):  # as many chunks as b needs
+            values = sorted((k, v) for k, v in config.values.items() if k != "batch_size")
+            family = repr(("ddp", values, phase, state, seed, eval_iters, stale_logits, parallel))
+    if search and family is not None and budget is not None:
+        runs = batches.family(family)
+        if not runs.ready(batch) and len(runs.runs) == 1 and not runs.broken and batch != 1:
+            second = second_batch(next(iter(runs.runs)))
+            if second != batch and not prefetch.collect(family, second, batches.remember):
+                options = dict(source=source, state=state, seed=seed, eval_iters=eval_iters)
+                predict(asked, phase, None, parallel, batch_size=second, stale_logits=stale_logits, **options)
+        if runs.ready(batch):
+            trace = runs.traces(batch)[-1]
+            fits = batches.trace_fits(trace, budget)
+            return PhaseResult(
+                phase, "predicted", batch, runs.peak(batch), 0, "", budget_bytes=budget, fits=fits
+            )
     gpt_config = run_config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
     ctx = cuda_autocast_context(config.dtype)
@@ -392,6 +415,10 @@ def predict(
             result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
+    if family is not None:
+        batches.remember(family, batch, [tracker.trace], tracker.peak)
+        if budget is not None and batches.trace_fits(tracker.trace, budget) != result.fits:
+            batches.family(family).broken = True  # the verdict from the trace is not the tracker's
     return result
 
 

@@ -35,9 +35,10 @@ def available() -> bool:
         return False
 
 
-def start(jobs: list) -> bool:
-    """Fork a child that makes the runs of `jobs` (``predict.second_runs``'s argument) in order."""
-    if _CHILD or not jobs or not available():
+def start(calls: list) -> bool:
+    """Fork a child that makes `calls` (predictions at the second batch size: ``search.second_runs``)
+    in order, and sends the runs each one files (``batches``)."""
+    if _CHILD or not calls or not available():
         return False
     _preload()
     sys.stdout.flush()
@@ -46,7 +47,7 @@ def start(jobs: list) -> bool:
     pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(read)
-        _child(jobs, write)
+        _child(calls, write)
     os.close(write)
     _CHILD.update(pid=pid, fd=read)
     atexit.register(stop)
@@ -65,17 +66,21 @@ def _preload() -> None:
             pass
 
 
-def _child(jobs: list, fd: int) -> None:
+def _child(calls: list, fd: int) -> None:
     code = 1
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        from .search import second_runs
+        from . import batches
 
-        for family, batch, traces, peak in second_runs(jobs):
-            data = pickle.dumps((family, batch, traces, peak), protocol=pickle.HIGHEST_PROTOCOL)
-            _write(fd, struct.pack("<Q", len(data)) + data)
+        for call in calls:
+            done = len(batches.filed)
+            call()
+            for family, batch in batches.filed[done:]:
+                run = batches.family(family).runs[batch]
+                data = pickle.dumps((family, batch, run.traces, run.peak), protocol=pickle.HIGHEST_PROTOCOL)
+                _write(fd, struct.pack("<Q", len(data)) + data)
         code = 0
     except BaseException:  # noqa: BLE001 (the parent makes the runs itself)
         pass

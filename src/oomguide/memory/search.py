@@ -2,8 +2,8 @@
 
 ``max_batch_size`` probes batch sizes with ``predict`` (or another predictor, such as
 ``distributed.predict``); its probes ask for a peak and a verdict only (``predict``'s ``search``),
-which ``predict`` derives from two real runs (``batches``). ``search_jobs`` and ``second_runs`` name
-and make those second runs ahead of the search (``prefetch``). Never imports torch.cuda.
+which ``predict`` derives from two real runs (``batches``). ``second_runs`` names the second of
+those runs, for ``prefetch`` to make them ahead of the search. Never imports torch.cuda.
 """
 
 from __future__ import annotations
@@ -12,33 +12,26 @@ import functools
 import inspect
 
 from ..config import TrainConfig
-from .gpus import DEFAULT_CAPABILITY
 from .models import ModelSource
-from .predict import PhaseResult, _family, _run, batch_size_of, predict, run_config_of, second_batch
+from .predict import PhaseResult, batch_size_of, predict, second_batch
 from .units import CONTEXT_BYTES, usable_bytes
 
 
-def search_jobs(config: TrainConfig, checks, *, source=None, compiled=False, capability=DEFAULT_CAPABILITY):
-    """What ``second_runs`` needs for the batch-size searches of `checks` ((phase, state) in order) as
-    ``predict``'s defaults run them (``prefetch`` makes them ahead); none where the runs of a phase
-    form no family (``batches``)."""
-    defaults = inspect.signature(predict).parameters
-    run = {k: defaults[k].default for k in ("fake", "seed", "eval_iters", "stale_logits", "peak_only")}
-    run.update(source=source or ModelSource(), compiled=compiled, capability=capability)
-    jobs = [(config, phase, dict(run, state=state)) for phase, state in checks]
-    return [job for job in jobs if _family(*job) is not None]
-
-
-def second_runs(jobs):
-    """For each job of ``search_jobs`` whose runs form a family: (family, second batch, traces, peak)
-    of the run at the second batch size (the first being the config's batch_size)."""
-    for config, phase, run in jobs:
-        family = _family(config, phase, run)
-        if family is None:
+def second_runs(predictor, config: TrainConfig, checks, *, source=None, **options) -> list:
+    """The runs that the searches of `checks` ((phase, options) in order) will derive their probes
+    from besides the config's own (``batches``): calls of `predictor` at the second batch size, with
+    no card (``prefetch`` makes them ahead). None for a phase whose runs form no family: a reader's
+    model, estimate_loss in chunks of eval_batch_size (``predict``; FSDP is never derived)."""
+    if source is not None and source.path is not None:
+        return []
+    calls = []
+    for phase, phase_options in checks:
+        if phase == "estimate_loss" and config.eval_batch_size:
             continue
         second = second_batch(max(1, batch_size_of(config, phase)))
-        _, traces, peak = _run(config, phase, second, None, run_config_of(config, second, second), **run)
-        yield family, second, traces, peak
+        kwargs = dict(options, **phase_options, batch_size=second, source=source)
+        calls.append(functools.partial(predictor, config, phase, None, **kwargs))
+    return calls
 
 
 def max_batch_size(
