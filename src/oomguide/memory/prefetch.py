@@ -4,8 +4,8 @@
 size that fits; the search derives its probes from two real runs (``batches``), the config's and the
 next batch size's. Those second runs do not depend on the first ones, so on a machine with two
 cores a forked child makes them meanwhile, one after the other in the order the phases come, and
-sends each one's traces back as soon as it has them; the search files them (``collect``) instead of
-running them. The result is the same either way: the child runs the same code on the same inputs,
+sends each one's traces back as soon as it has them (a thread writes them, so that the runs go on
+while the parent is busy); the search files them (``collect``) instead of running them. The result is the same either way: the child runs the same code on the same inputs,
 and ``batches`` checks its traces against the parent's run like any other.
 
 Only for the program ``oomguide check`` on Linux (``fork`` without ``exec`` after importing PyTorch
@@ -67,6 +67,9 @@ def _preload() -> None:
 
 
 def _child(calls: list, fd: int) -> None:
+    import queue
+    import threading
+
     code = 1
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -74,18 +77,29 @@ def _child(calls: list, fd: int) -> None:
         os.dup2(devnull, 2)
         from . import batches
 
+        # a thread writes while the runs go on: the parent reads a run only when its search wants it
+        outbox: queue.Queue = queue.Queue()
+        writer = threading.Thread(target=_send_all, args=(outbox, fd), daemon=True)
+        writer.start()
         for call in calls:
             done = len(batches.filed)
             call()
             for family, batch in batches.filed[done:]:
                 run = batches.family(family).runs[batch]
                 data = pickle.dumps((family, batch, run.traces, run.peak), protocol=pickle.HIGHEST_PROTOCOL)
-                _write(fd, struct.pack("<Q", len(data)) + data)
+                outbox.put(struct.pack("<Q", len(data)) + data)
+        outbox.put(None)
+        writer.join()
         code = 0
     except BaseException:  # noqa: BLE001 (the parent makes the runs itself)
         pass
     finally:
         os._exit(code)
+
+
+def _send_all(outbox, fd: int) -> None:
+    while (data := outbox.get()) is not None:
+        _write(fd, data)
 
 
 def _write(fd: int, data: bytes) -> None:
