@@ -428,3 +428,18 @@ def test_output_piped_into_a_closed_reader_is_silent():
     )
     assert proc.stdout == "{"
     assert proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("extra", [[], ["--nproc-per-node", "2"]], ids=["one-gpu", "ddp"])
+def test_the_program_prints_what_main_prints(capsys, extra):
+    """`python -m oomguide check` (TorchDynamo loaded lazily, the searches' second runs made by a
+    forked child, the interpreter left without its teardown) prints what main() prints in-process."""
+    argv = ["check", *(f"--set={s}" for s in TINY), "--set=compile=True", "--gpu-memory", "300MiB", *extra]
+    argv += ["--json"]
+    rc = main(argv)
+    out = capsys.readouterr().out
+    proc = subprocess.run(
+        [sys.executable, "-m", "oomguide", *argv], capture_output=True, text=True, timeout=300
+    )
+    assert (proc.returncode, proc.stdout) == (rc, out), proc.stderr
+    assert all(phase["max_batch_size"] > 4 for phase in json.loads(out)["phases"].values())
