@@ -26,7 +26,7 @@ from .allocator import ALLOC, Trace
 from .cuda_model import block_size
 
 _FAMILIES: OrderedDict = OrderedDict()  # key -> Family, the most recent last
-filed: list = []  # (key, batch size) of every run filed, in order (``prefetch`` sends them on)
+filed: list | None = None  # where ``prefetch``'s child has it: (key, batch size) of each run filed
 
 
 @dataclass
@@ -117,7 +117,8 @@ def family(key) -> Family:
 def remember(key, batch: int, traces: list[Trace], peak: int) -> None:
     """File a real prediction's traces under `key`."""
     family(key).add(Run(batch, traces, peak))
-    filed.append((key, batch))
+    if filed is not None:
+        filed.append((key, batch))
 
 
 def trace_peak(trace: Trace, rounding=block_size) -> int:

@@ -77,6 +77,7 @@ def _child(calls: list, fd: int) -> None:
         os.dup2(devnull, 2)
         from . import batches
 
+        batches.filed = []
         # a thread writes while the runs go on: the parent reads a run only when its search wants it
         outbox: queue.Queue = queue.Queue()
         writer = threading.Thread(target=_send_all, args=(outbox, fd), daemon=True)
