@@ -14,7 +14,9 @@ runs whose traces differ in anything but sizes, a size neither constant nor prop
 batch size, or a fitted trace whose tracker peak is not the run's, and the family is not used.
 Batch size 1 is never derived (a dimension of size 1 can change which copies PyTorch makes).
 Only for oomguide's GPT on fake tensors, and not for ``estimate_loss`` with ``eval_batch_size``
-(the number of chunks follows the batch size); ``predict`` decides. Never imports torch.cuda.
+(the number of chunks follows the batch size): ``predict`` decides, and ``distributed.predict``
+for DDP, whose verdict is the tracker's on allocated memory (``trace_fits``, checked against the
+tracker at every run). Arithmetic on traces; never imports torch.cuda.
 """
 
 from __future__ import annotations
