@@ -227,6 +227,55 @@ def test_max_batch_size_is_the_boundary():
 
 
 @pytest.mark.parametrize(
+    ("phase", "state", "compiled"),
+    [
+        ("train_step", "training", False),
+        ("estimate_loss", "first", True),
+        ("estimate_loss", "training", False),
+    ],
+)
+def test_search_probes_equal_runs(phase, state, compiled):
+    """The batch-size search's probes (``predict(search=True)``) come from two real runs (the config's
+    batch size and the next one, memory/batches.py): peak and verdict as a run at that batch size
+    gives them, below and above the card (200 MiB usable: 9 fits, 13 fits on allocated memory)."""
+    from oomguide.memory import batches
+
+    config = load_config([], ["n_layer=2", "n_embd=128", "n_head=4", "block_size=256", "vocab_size=4096"])
+    config = config.replace(batch_size=3, gradient_accumulation_steps=2)
+    card = memory.parse_size("456MiB")
+    options = dict(state=state, compiled=compiled)
+    memory.predict(config, phase, card, **options)  # the first run, as `oomguide check` makes it
+    sizes = (1, 2, 5, 9, 12, 13, 17, 33, 65)
+    derived = [memory.predict(config, phase, card, batch_size=b, search=True, **options) for b in sizes]
+    assert [r.largest_allocation for r in derived[1:]] == [""] * (len(sizes) - 1)  # not runs
+    real = [memory.predict(config, phase, card, batch_size=b, **options) for b in sizes]
+    assert [(r.peak_bytes, r.fits) for r in derived] == [(r.peak_bytes, r.fits) for r in real]
+    assert {r.fits for r in real} == {True, False}
+    assert not any(family.broken for family in batches._FAMILIES.values())  # every run agreed
+
+
+@pytest.mark.parametrize("as_view", [False, True])
+def test_search_probes_equal_runs_under_ddp(as_view):
+    """The same for one rank of DDP, whose verdict is on allocated memory (``batches.trace_fits``)."""
+    from oomguide.memory import batches, distributed
+
+    config = load_config([], ["n_layer=2", "n_embd=128", "n_head=4", "block_size=256", "vocab_size=4096"])
+    config = config.replace(batch_size=3, gradient_accumulation_steps=4)
+    parallel = distributed.Parallel(2, "ddp", as_view)
+    card = memory.parse_size("456MiB")
+    distributed.predict(config, "train_step", card, parallel)
+    sizes = (2, 5, 9, 12, 13, 17, 33)
+    derived = [
+        distributed.predict(config, "train_step", card, parallel, batch_size=b, search=True) for b in sizes
+    ]
+    assert [r.largest_allocation for r in derived] == [""] * len(sizes)
+    real = [distributed.predict(config, "train_step", card, parallel, batch_size=b) for b in sizes]
+    assert [(r.peak_bytes, r.fits) for r in derived] == [(r.peak_bytes, r.fits) for r in real]
+    assert {r.fits for r in real} == {True, False}
+    assert not any(family.broken for family in batches._FAMILIES.values())
+
+
+@pytest.mark.parametrize(
     "text, expected", [("11.69GiB", int(11.69 * GiB)), ("12GB", 12 * 10**9), ("4096MiB", 4 * GiB)]
 )
 def test_sizes(text, expected):
@@ -379,3 +428,18 @@ def test_output_piped_into_a_closed_reader_is_silent():
     )
     assert proc.stdout == "{"
     assert proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("extra", [[], ["--nproc-per-node", "2"]], ids=["one-gpu", "ddp"])
+def test_the_program_prints_what_main_prints(capsys, extra):
+    """`python -m oomguide check` (TorchDynamo loaded lazily, the searches' second runs made by a
+    forked child, the interpreter left without its teardown) prints what main() prints in-process."""
+    argv = ["check", *(f"--set={s}" for s in TINY), "--set=compile=True", "--gpu-memory", "300MiB", *extra]
+    argv += ["--json"]
+    rc = main(argv)
+    out = capsys.readouterr().out
+    proc = subprocess.run(
+        [sys.executable, "-m", "oomguide", *argv], capture_output=True, text=True, timeout=300
+    )
+    assert (proc.returncode, proc.stdout) == (rc, out), proc.stderr
+    assert all(phase["max_batch_size"] > 4 for phase in json.loads(out)["phases"].values())

@@ -183,9 +183,15 @@ def run_check(args) -> int:
     quiet = args.json or not sys.stderr.isatty()
     if config.compile and not parallel.single:
         notes.append("compile=True: torch.compile is modelled for one process only; figures are eager")
+    if getattr(args, "program", False) and not args.no_search and parallel.strategy != "fsdp":
+        # the searches' second runs, made meanwhile by a second process (memory/prefetch.py)
+        from .memory import prefetch, search
+
+        checks = [(memory.CHECKS[name][0], _options(name, out)) for name in phases]
+        prefetch.start(search.second_runs(predictor, config, checks, source=source))
     for name in phases:
         phase, state = memory.CHECKS[name]
-        options = {"state": state, **({"compiled": True} if out["compiled"] else {})}
+        options = _options(name, out)
         known: dict = {}
         result = predictor(config, phase, args.gpu_memory, source=source, **options)
         known[config.batch_size] = result
@@ -210,6 +216,11 @@ def run_check(args) -> int:
     else:
         _print_check(out, config)
     return EXIT_FITS if fits else EXIT_DOES_NOT_FIT
+
+
+def _options(name: str, out: dict) -> dict:
+    """The predictor's options for the check `name`: its state, and compiled when the model is."""
+    return {"state": memory.CHECKS[name][1], **({"compiled": True} if out["compiled"] else {})}
 
 
 def _card(args):
@@ -315,8 +326,21 @@ def _print_check(out: dict, config) -> None:
 
 
 def main(argv=None) -> int:
+    """The command line (`argv`: its arguments; None: the program's own, ``sys.argv``)."""
+    if argv is None:  # the program itself (not a call from Python): TorchDynamo only if needed
+        from .memory import light_dynamo
+
+        light_dynamo.install()
+    rc = _main(argv)
+    if argv is None:
+        _leave(rc)
+    return rc
+
+
+def _main(argv) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.program = argv is None
     try:
         if args.command == "check":
             return run_check(args)
@@ -333,6 +357,21 @@ def main(argv=None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+
+
+def _leave(rc: int) -> None:
+    """End the program now, its output flushed: tearing down an interpreter that imported PyTorch
+    takes most of a second, and nothing of this process outlives it (the prefetching child, if any,
+    is ended first)."""
+    from .memory import prefetch
+
+    prefetch.stop()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+    os._exit(rc)
 
 
 if __name__ == "__main__":

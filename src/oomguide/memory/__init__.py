@@ -13,7 +13,11 @@ The package, one module per job:
                   CUDA autocast's lists and loss path, recomputation under it
 - ``tracker``     the allocation tracker (TorchDispatchMode)
 - ``models``      oomguide's GPT or a reader's nanoGPT model.py
-- ``predict``     a phase on fake tensors; the batch-size search
+- ``predict``     a phase on fake tensors
+- ``search``      the batch-size search (``max_batch_size``)
+- ``batches``     a phase's traces as functions of the batch size: the search's probes from two runs
+- ``prefetch``    ``oomguide check``: those second runs made meanwhile by a forked child
+- ``light_dynamo`` ``oomguide``: ``torch._dynamo`` loaded only when more than fake tensors need it
 - ``measure``     a phase on a real GPU: the only module that calls torch.cuda
 - ``distributed`` one rank of several: DDP (its reducer's buckets modelled) and FSDP2 (run for real
                   over the fake process group); ``from oomguide.memory import distributed``
@@ -44,7 +48,8 @@ from .measure import (
     non_pytorch_bytes,
 )
 from .models import MemoryError_, ModelSource, load_model_source
-from .predict import CHECKS, PHASES, STATES, PhaseResult, checks_run, max_batch_size, predict
+from .predict import CHECKS, PHASES, STATES, PhaseResult, checks_run, predict
+from .search import max_batch_size
 from .tracker import CATEGORIES, Allocation, AllocationTracker
 from .units import (
     CONTEXT_BYTES,

@@ -76,14 +76,14 @@ class AllocatorOOM(Exception):
         )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Segment:
     base: int
     size: int  # cudaMalloc'ed size, or the address space of an expandable segment
     page: int = 0  # expandable segments: the mapping granularity
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Block:
     pool: _Pool
     segment: _Segment
@@ -443,10 +443,13 @@ ALLOC, FREE = "alloc", "free"
 @dataclass
 class Trace:
     """A tracked run: `pre` are tensors that existed before it (uid, nbytes, what), `events` the
-    allocations and frees it made, in order: (ALLOC, uid, nbytes, what) or (FREE, uid, 0, None)."""
+    allocations and frees it made, in order: (ALLOC, uid, nbytes, what) or (FREE, uid, 0, None).
+    `checks`: where (an index into `events`) the tracker saw a new storage of 0 bytes, which the
+    allocator never sees but the tracker's peak does (``batches.trace_peak``)."""
 
     pre: list = field(default_factory=list)
     events: list = field(default_factory=list)
+    checks: list = field(default_factory=list)
 
 
 @dataclass

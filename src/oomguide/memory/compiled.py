@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 
-from .cuda_model import CudaAutocast
+from .cuda_model import CudaAutocast, map_arguments
 
 _CHUNK_ROWS = 256  # rows per chunk when the fused loss computes real values
 _NORMS = {F.layer_norm, F.group_norm} | ({F.rms_norm} if hasattr(F, "rms_norm") else set())
@@ -112,14 +112,12 @@ class CompiledAutocast(CudaAutocast):
         self.autocast = dtype is not None and dtype != torch.float32
 
     def _cast(self, value, to):
-        from torch.utils._pytree import tree_map
-
         def cast(t):
             if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dtype in (to, torch.float64):
                 return t
             return t.to(to)
 
-        return tree_map(cast, value)
+        return map_arguments(cast, value)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

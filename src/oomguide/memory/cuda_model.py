@@ -39,6 +39,32 @@ def segment_size(nbytes: int) -> int:
     return -(-size // (2 * MiB)) * (2 * MiB)
 
 
+# what pytree takes as a leaf among a call's arguments (the fast path of map_arguments)
+_LEAF_TYPES = (
+    int,
+    float,
+    bool,
+    str,
+    type(None),
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+)
+
+
+def map_arguments(fn, value):
+    """``tree_map(fn, value)`` for a call's ``(args, kwargs)``; without pytree's walk when no argument
+    is a container (the usual call), with it otherwise: the same result either way."""
+    if isinstance(value, tuple) and len(value) == 2 and type(value[0]) is tuple and type(value[1]) is dict:
+        args, kwargs = value
+        if all(isinstance(a, torch.Tensor) or type(a) in _LEAF_TYPES for a in args) and all(
+            isinstance(v, torch.Tensor) or type(v) in _LEAF_TYPES for v in kwargs.values()
+        ):
+            return tuple(fn(a) for a in args), {k: fn(v) for k, v in kwargs.items()}
+    return tree_map(fn, value)
+
+
 def _spellings(op: str) -> list:
     """The Python functions that reach ATen op `op`: F.op, torch.op, Tensor.op, torch.linalg.<rest>."""
     owners = [F, torch, torch.Tensor]
@@ -110,7 +136,7 @@ class CudaAutocast(TorchFunctionMode):
                 return self.cache[id(t)]
             return t.to(to)
 
-        return tree_map(cast, value)
+        return map_arguments(cast, value)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -26,13 +26,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch.overrides import TorchFunctionMode
 
 from .. import loop
 from ..config import ConfigError, TrainConfig
+from ..model import GPT
+from . import batches, prefetch
 from .cuda_model import block_size, cuda_autocast_context, segment_size
-from .models import ModelSource
-from .predict import PHASES, PhaseResult, _run_phase
+from .models import ModelSource, no_init
+from .predict import PHASES, PhaseResult, _run_phase, second_batch
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
@@ -313,12 +314,14 @@ def predict(
     eval_iters: int = 1,
     stale_logits: bool = True,
     fake: bool = True,
+    search: bool = False,
 ) -> PhaseResult:
     """One rank's peak of `phase` when `parallel.world_size` processes train with `parallel.strategy`.
 
     Same arguments and result as ``memory.predict``; the breakdown adds ``ddp_buckets`` under DDP.
     ``fake=False`` runs on real CPU tensors (FSDP2: in the real process group the caller set up),
-    to check the prediction against a real run.
+    to check the prediction against a real run. `search=True` (the batch-size search): DDP's peak
+    and verdict (on allocated memory) may come from two runs at other batch sizes (``batches``).
     """
     if parallel.single:
         from .predict import predict as predict_single
@@ -338,10 +341,29 @@ def predict(
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
     source = source or ModelSource()
+    asked = config
     config = per_rank_config(config, parallel)
     batch = batch_size or config.batch_size
     run_config = config if batch_size is None else config.replace(batch_size=batch)
     budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
+    family = None
+    if fake and parallel.strategy == "ddp" and source.path is None and source.gpt_class is GPT:
+        if not (phase == "estimate_loss" and config.eval_batch_size):  # as many chunks as b needs
+            values = sorted((k, v) for k, v in config.values.items() if k != "batch_size")
+            family = repr(("ddp", values, phase, state, seed, eval_iters, stale_logits, parallel))
+    if search and family is not None and budget is not None:
+        runs = batches.family(family)
+        if not runs.ready(batch) and len(runs.runs) == 1 and not runs.broken and batch != 1:
+            second = second_batch(next(iter(runs.runs)))
+            if second != batch and not prefetch.collect(family, second, batches.remember):
+                options = dict(source=source, state=state, seed=seed, eval_iters=eval_iters)
+                predict(asked, phase, None, parallel, batch_size=second, stale_logits=stale_logits, **options)
+        if runs.ready(batch):
+            trace = runs.traces(batch)[-1]
+            fits = batches.trace_fits(trace, budget)
+            return PhaseResult(
+                phase, "predicted", batch, runs.peak(batch), 0, "", budget_bytes=budget, fits=fits
+            )
     gpt_config = run_config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
     ctx = cuda_autocast_context(config.dtype)
@@ -357,7 +379,7 @@ def predict(
                 from torch.distributed.device_mesh import init_device_mesh
 
                 mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-            with torch.device("meta"), _no_init():
+            with torch.device("meta"), no_init():
                 model = source.build(gpt_config)
             shard(model, mesh, config.dtype)
             mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else _nothing()
@@ -369,7 +391,8 @@ def predict(
                 )
         else:
             with FakeTensorMode(allow_non_fake_inputs=False) if fake else _nothing():
-                model = source.build(gpt_config)
+                with no_init() if fake else _nothing():
+                    model = source.build(gpt_config)
                 model.train()
                 buckets = _ddp_buckets(  # alive as long as DDP is
                     model, tracker, parallel.gradient_as_bucket_view, run_config.gradient_accumulation_steps
@@ -392,21 +415,11 @@ def predict(
             result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
+    if family is not None:
+        batches.remember(family, batch, [tracker.trace], tracker.peak)
+        if budget is not None and batches.trace_fits(tracker.trace, budget) != result.fits:
+            batches.family(family).broken = True  # the verdict from the trace is not the tracker's
     return result
-
-
-class _no_init(TorchFunctionMode):
-    """Skip the in-place initialisers while a model is built on the meta device: a meta tensor has no
-    values, yet PyTorch's meta ``normal_`` is slow enough to take seconds for GPT-2's embeddings."""
-
-    SKIP = {"normal_", "uniform_", "zero_", "fill_", "trunc_normal_", "ones_", "zeros_"}
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        target = args[0] if args else kwargs.get("tensor")
-        if getattr(func, "__name__", "") in self.SKIP and isinstance(target, torch.Tensor) and target.is_meta:
-            return target
-        return func(*args, **kwargs)
 
 
 class _nothing:
@@ -422,7 +435,7 @@ def modelled_bucket_bytes(config: TrainConfig, source: ModelSource | None = None
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     source = source or ModelSource()
-    with FakeTensorMode(), warnings.catch_warnings():
+    with FakeTensorMode(), warnings.catch_warnings(), no_init():
         warnings.simplefilter("ignore")
         model = source.build(config.gpt_config())
         return sum(block_size(n) for n in bucket_bytes(model))

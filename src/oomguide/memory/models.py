@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ..model import GPT, GPTConfig
 
@@ -43,6 +44,32 @@ class ModelSource:
         except Exception as exc:  # a user's model may fail in any way: report it in one line
             where = self.path or "oomguide.model"
             raise MemoryError_(f"{where}: building GPT failed: {exc.__class__.__name__}: {exc}") from None
+
+
+class no_init(TorchFunctionMode):
+    """Skip the in-place initialisers while a model is built on fake or meta tensors: they have no
+    values to fill, allocate nothing, and PyTorch runs them through slow reference implementations
+    (seconds for GPT-2's embeddings on the meta device). ``torch.nn.init``'s functions and the
+    tensor methods they and the modules call."""
+
+    SKIP = {"normal_", "uniform_", "zero_", "fill_", "trunc_normal_", "ones_", "zeros_"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        target = args[0] if args else kwargs.get("tensor")
+        name = getattr(func, "__name__", "")
+        initialiser = name in self.SKIP or (
+            getattr(func, "__module__", "") == "torch.nn.init" and name.endswith("_")
+        )
+        if initialiser and isinstance(target, torch.Tensor) and _valueless(target):
+            return target
+        return func(*args, **kwargs)
+
+
+def _valueless(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return t.is_meta or isinstance(t, FakeTensor)
 
 
 class _quiet:

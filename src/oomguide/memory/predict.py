@@ -6,7 +6,6 @@ the ``AllocationTracker``. Never imports torch.cuda and never needs a GPU.
 
 from __future__ import annotations
 
-import functools
 import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -15,13 +14,14 @@ import torch
 
 from .. import loop
 from ..config import TrainConfig
-from . import reserved
-from .allocator import AllocConf
+from ..model import GPT
+from . import batches, prefetch, reserved
+from .allocator import AllocConf, replay
 from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
-from .models import MemoryError_, ModelSource
+from .models import MemoryError_, ModelSource, no_init
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
@@ -219,6 +219,7 @@ def predict(
     peak_only: bool = False,
     alloc_conf: AllocConf | None = None,
     capability: tuple[int, int] = DEFAULT_CAPABILITY,
+    search: bool = False,
 ) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
@@ -240,6 +241,9 @@ def predict(
     `alloc_conf`: the caching allocator's settings (default: PYTORCH_CUDA_ALLOC_CONF from the
     environment); ``fits`` is decided on reserved memory (``reserved``). `capability`: the card's
     compute capability, which picks CUDA's attention kernel (``kernels``).
+    `search=True` (the batch-size search): only ``peak_bytes`` and ``fits`` are wanted; they may come
+    from the traces of real predictions at two other batch sizes (``batches``), exactly as a run
+    would give them; the other figures are then left empty.
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
@@ -250,6 +254,57 @@ def predict(
     source = source or ModelSource()
     batch = batch_size or config.batch_size
     budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
+    run = dict(source=source, state=state, fake=fake, seed=seed, eval_iters=eval_iters)
+    run.update(stale_logits=stale_logits, compiled=compiled, peak_only=peak_only, capability=capability)
+    family = _family(config, phase, run)
+    if search and family is not None and gpu_memory is not None:
+        found = _derived(family, config, phase, gpu_memory, batch, budget, alloc_conf, run)
+        if found is not None:
+            return found
+    result, traces, peak = _run(config, phase, batch, budget, run_config_of(config, batch_size, batch), **run)
+    reserved.judge(result, traces, len(traces) - 1, gpu_memory, alloc_conf)
+    if family is not None:
+        batches.remember(family, batch, traces, peak)
+    return result
+
+
+def run_config_of(config: TrainConfig, batch_size: int | None, batch: int) -> TrainConfig:
+    """The config a run at `batch` reads (`batch_size`: the one asked for, None for the config's)."""
+    return config if batch_size is None else config.replace(batch_size=batch)
+
+
+def _family(config: TrainConfig, phase: str, run: dict) -> str | None:
+    """The key under which runs that differ only in the batch size are filed (``batches``), or None
+    where a run may change with the batch size otherwise than in sizes: a reader's model, real
+    tensors, estimate_loss in chunks of eval_batch_size (as many chunks as the batch size needs)."""
+    source = run["source"]
+    if not run["fake"] or source.path is not None or source.gpt_class is not GPT:
+        return None
+    if phase == "estimate_loss" and config.eval_batch_size:
+        return None
+    values = sorted((k, v) for k, v in config.values.items() if k != "batch_size")
+    return repr((values, phase, *(run[k] for k in sorted(run) if k != "source")))
+
+
+def _run(
+    config,
+    phase,
+    batch,
+    budget,
+    run_config,
+    *,
+    source,
+    state,
+    fake,
+    seed,
+    eval_iters,
+    stale_logits,
+    compiled,
+    peak_only,
+    capability,
+):
+    """Run `phase` tracked (after the training step before it, for a later estimate_loss): the result
+    without the allocator's view, the traces for it (warm-up first), and the tracker's peak."""
     gpt_config = config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
     ctx = compiled_context(config.dtype) if compiled else cuda_autocast_context(config.dtype)
@@ -264,10 +319,10 @@ def predict(
     with mode, warnings.catch_warnings(), kernels:
         # GradScaler('cuda') on a CPU-only build warns that it disables itself
         warnings.simplefilter("ignore")
-        model = source.build(gpt_config)
+        with no_init() if fake else nullcontext():
+            model = source.build(gpt_config)
         model.train()
         model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
-        run_config = config if batch_size is None else config.replace(batch_size=batch)
         warm_key = (
             repr(run_config),
             batch,
@@ -347,123 +402,45 @@ def predict(
             result.failing_forward = tracker.failing_forward
     result.attention = ", ".join(sorted(kernels.used)) or None
     traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
-    reserved.judge(result, traces, len(traces) - 1, gpu_memory, alloc_conf)
+    return result, traces, tracker.peak
+
+
+def _derived(family, config, phase, gpu_memory, batch, budget, alloc_conf, run) -> PhaseResult | None:
+    """The peak and verdict of `batch` from the family's traces (None: a real prediction is needed).
+
+    A family with one run gets its second at the next batch size (the same for every phase, so that a
+    later estimate_loss finds that batch size's training step among the warm-ups)."""
+    runs = batches.family(family)
+    if batch == 1 and 1 not in runs.runs:
+        return None
+    if not runs.ready(batch) and len(runs.runs) == 1 and not runs.broken:
+        (only,) = runs.runs
+        second = second_batch(only)
+        if second != batch and not prefetch.collect(family, second, batches.remember):
+            # its traces are what is wanted: no verdict of its own
+            _, traces, peak = _run(config, phase, second, None, run_config_of(config, second, second), **run)
+            batches.remember(family, second, traces, peak)
+    if not runs.ready(batch):
+        return None
+    traces = runs.traces(batch)
+    peak = runs.peak(batch)
+    result = PhaseResult(phase, "predicted", batch, peak, 0, "", budget_bytes=budget)
+    conf = reserved.alloc_conf_from_env() if alloc_conf is None else alloc_conf
+    limit, fraction = reserved.limit_for(budget, gpu_memory, conf)
+    if limit is None:
+        return None
+    if len(traces) == 1 and peak > limit:
+        # one trace, replayed under the limit from its start: the allocator holds at least what the
+        # tracker counts, so the replay would fail (a warm-up replayed without the limit may not)
+        result.fits = False
+    else:
+        result.fits = replay(traces, conf, limit, measure_from=len(traces) - 1, fraction=fraction).fits
     return result
 
 
-def max_batch_size(
-    config: TrainConfig,
-    phase: str,
-    gpu_memory: int,
-    *,
-    source: ModelSource | None = None,
-    limit: int = 4096,
-    progress=None,
-    known: dict[int, PhaseResult] | None = None,
-    context_bytes: int = CONTEXT_BYTES,
-    state: str = "training",
-    compiled: bool = False,
-    predictor=None,
-    **options,
-) -> int:
-    """The largest batch_size whose predicted `phase` fits `gpu_memory` (0 if not even 1 fits).
-
-    The peak is affine in the batch size (every activation, logits buffer and loss buffer grows
-    with it; weights, gradients and optimizer state do not), up to the allocator's rounding and
-    a change of the moment of the peak. So: the prediction at the config's batch size, split into
-    its fixed part (weights, gradients, optimizer state at the peak) and the rest, gives a first
-    guess; a prediction there gives a second point and the line through both a second guess;
-    then the answer is verified: `b` fits and `b + 1` does not, each by a prediction (bisection
-    takes over if the line misleads). Usually three or four predictions in all.
-
-    `known` caches predictions by batch size (shared with the caller). `progress(done)` is called
-    after each prediction. `predictor`: a function like ``predict`` (default: ``predict`` with
-    `state`, `compiled` and ``peak_only=True``), e.g. ``distributed.predict`` with ``parallel`` bound.
-    `options` go to the predictor (``alloc_conf``, ``capability``).
-    """
-    # the allocator's verdict depends on the whole step, not only its peak: the boundary found with
-    # one micro-step is settled with full predictions (issue 15)
-    full = None if predictor else functools.partial(predict, state=state, compiled=compiled)
-    predictor = predictor or functools.partial(predict, state=state, compiled=compiled, peak_only=True)
-    known = {} if known is None else known
-    settled: dict[int, bool] = {}
-
-    def full_fits(b: int) -> bool:
-        if b not in settled:
-            settled[b] = bool(
-                full(
-                    config,
-                    phase,
-                    gpu_memory,
-                    batch_size=b,
-                    source=source,
-                    context_bytes=context_bytes,
-                    **options,
-                ).fits
-            )
-            calls[0] += 1
-            if progress:
-                progress(calls[0])
-        return settled[b]
-
-    def settle(b: int) -> int:
-        if full is None:
-            return b
-        while b > 0 and not full_fits(b):
-            b -= 1
-        while b < limit and full_fits(b + 1):
-            b += 1
-        return b
-
-    budget = usable_bytes(gpu_memory, context_bytes)
-    calls = [0]
-
-    def fits(b: int) -> bool:
-        if b not in known:
-            known[b] = predictor(
-                config, phase, gpu_memory, batch_size=b, source=source, context_bytes=context_bytes, **options
-            )
-            calls[0] += 1
-            if progress:
-                progress(calls[0])
-        return bool(known[b].fits)
-
-    def bracket() -> tuple[int, int]:
-        lo, hi = 0, limit + 1  # lo fits (0: trivially); hi does not, or is beyond the limit
-        for b, r in known.items():
-            if r.fits and b > lo:
-                lo = b
-            elif not r.fits and b < hi:
-                hi = b
-        return lo, hi
-
-    def line_guess() -> int | None:
-        """Where the line through the two known points nearest the boundary meets the budget."""
-        lo, hi = bracket()
-        near = sorted(known, key=lambda b: (min(abs(b - lo), abs(b - hi)), b))[:2]
-        if len(near) < 2:
-            return None
-        (b1, r1), (b2, r2) = ((b, known[b]) for b in sorted(near))
-        slope = (r2.peak_bytes - r1.peak_bytes) / (b2 - b1)
-        if slope <= 0:
-            return None
-        return int(b1 + (budget - r1.peak_bytes) // slope)
-
-    b0 = max(1, min(limit, batch_size_of(config, phase)))
-    fits(b0)
-    first = known[b0]
-    fixed = sum(first.breakdown.get(k, 0) for k in ("weights", "gradients", "optimizer_state"))
-    per_sample = (first.peak_bytes - fixed) / b0
-    guess = int((budget - fixed) // per_sample) if per_sample > 0 else limit
-    while True:
-        lo, hi = bracket()
-        if hi - lo <= 1:
-            return settle(lo)
-        if guess is None or calls[0] >= 6:
-            guess = (lo + hi) // 2  # the line misleads: bisect
-        guess = min(max(guess, lo + 1), hi - 1)  # next to the boundary: the verification
-        fits(guess)
-        guess = line_guess()
+def second_batch(first: int) -> int:
+    """The batch size of a family's second run: the next one (2 after 1), the same for every phase."""
+    return first + 1 if first >= 2 else 2
 
 
 def batch_size_of(config: TrainConfig, phase: str) -> int:

@@ -7,6 +7,7 @@ and the first allocation over a budget. It never runs model code itself and neve
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,7 @@ class _Live:
     nbytes: int
     tag: str
     uid: int = 0
+    watch: object = None  # a weak reference to the storage whose callback notes its death
 
 
 class AllocationTracker(TorchDispatchMode):
@@ -57,8 +59,12 @@ class AllocationTracker(TorchDispatchMode):
         self.kept: dict[int, _Live] = {}  # registered weights, optimizer state, buckets: never swept
         self.current = 0
         self.peak = 0
-        self.peak_live: list[tuple[int, int, str]] = []
-        self.peak_grad_keys: set[int] = set()
+        self._peak_breakdown = dict.fromkeys(CATEGORIES, 0)  # the picture at the peak
+        # bytes and number of the storages listed (live and kept), by tag: the picture costs no walk
+        self._totals: dict[str, int] = {}
+        self._counts: dict[str, int] = {}
+        self._grad_keys: list = []  # per grads_of: (weak reference to its last .grad, its storage key)
+        self._plain_types: set = set()  # tensor types without a _local_tensor (not DTensor)
         self.largest: Allocation | None = None
         self.failing: Allocation | None = None
         self.allocated_at_failure = 0
@@ -73,6 +79,9 @@ class AllocationTracker(TorchDispatchMode):
         self.trace = Trace()
         self._uids = 0
         self._describe_next: Allocation | None = None
+        # (key, uid) of the swept storages that died since the last sweep, noted by weakref callbacks
+        # (a storage's Python object lives exactly as long as the storage): a sweep looks at those only
+        self._died: list[tuple[int, int]] = []
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
@@ -103,19 +112,30 @@ class AllocationTracker(TorchDispatchMode):
         raw = storage.nbytes()
         nbytes = self.rounding(raw) if raw else 0
         self._uids += 1
-        (self.kept if kept else self.live)[ref.cdata] = _Live(ref, nbytes, tag, self._uids)
+        entry = _Live(ref, nbytes, tag, self._uids)
+        if kept:
+            self.kept[ref.cdata] = entry
+        else:
+            entry.watch = weakref.ref(storage, _Death(self._died, ref.cdata, self._uids))
+            self.live[ref.cdata] = entry
         self.current += nbytes
+        self._totals[tag] = self._totals.get(tag, 0) + nbytes
+        self._counts[tag] = self._counts.get(tag, 0) + 1
         if raw:  # a CUDA storage of 0 bytes takes no block
             what, self._describe_next = self._describe_next, None
             if pre:
                 self.trace.pre.append((self._uids, raw, tag))
             else:
                 self.trace.events.append((ALLOC, self._uids, raw, what))
+        elif not pre:
+            self.trace.checks.append(len(self.trace.events))  # the tracker's peak is checked here too
         return ref.cdata
 
     def _drop(self, owner: dict, key: int) -> None:
         entry = owner.pop(key)
         self.current -= entry.nbytes
+        self._totals[entry.tag] -= entry.nbytes
+        self._counts[entry.tag] -= 1
         if entry.nbytes:
             self.trace.events.append((FREE, entry.uid, 0, None))
 
@@ -141,7 +161,7 @@ class AllocationTracker(TorchDispatchMode):
         return super().__exit__(*exc)
 
     def _resized(self, storage) -> None:
-        entry = self._entry(StorageWeakRef(storage).cdata)
+        entry = self._entry(storage._cdata)
         if entry is None or entry.ref.expired():
             return
         nbytes = self.rounding(storage.nbytes()) if storage.nbytes() else 0
@@ -164,6 +184,7 @@ class AllocationTracker(TorchDispatchMode):
             if nbytes:
                 self.trace.events.append((ALLOC, entry.uid, storage.nbytes(), "resize_"))
         entry.nbytes = nbytes
+        self._totals[entry.tag] += grown
         self.current += grown
         if self.current > self.peak:
             self._record_peak()
@@ -175,7 +196,11 @@ class AllocationTracker(TorchDispatchMode):
         return self.budget is not None and self.failing is None and self.current + nbytes > self.budget
 
     def _sweep(self) -> None:
-        dead = [k for k, e in self.live.items() if e.ref.expired()]
+        """Free the swept storages that died since the last sweep, in the order they were allocated."""
+        if not self._died:
+            return
+        died, self._died[:] = sorted(self._died, key=lambda d: d[1]), []
+        dead = [k for k, uid in died if (e := self.live.get(k)) is not None and e.uid == uid]
         if dead and self._pending:
             self._snapshot()  # the storages still listed were alive at the peak: take its picture now
         for k in dead:
@@ -186,7 +211,7 @@ class AllocationTracker(TorchDispatchMode):
             return self.tag_new
         if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
             for source in _plain([args[0]]):
-                if StorageWeakRef(source.untyped_storage()).cdata in self.weight_keys:
+                if source.untyped_storage()._cdata in self.weight_keys:
                     return "weights"  # autocast's low-precision copy of a weight
         if (
             self.vocab_size
@@ -201,7 +226,7 @@ class AllocationTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for t in _plain(tree_flatten(out)[0]):
             storage = t.untyped_storage()
-            entry = self._entry(StorageWeakRef(storage).cdata)
+            entry = self._entry(storage._cdata)
             if entry is not None and not entry.ref.expired():
                 continue  # a view, or an in-place result
             nbytes = self.rounding(storage.nbytes())
@@ -230,25 +255,72 @@ class AllocationTracker(TorchDispatchMode):
         self._pending = True
 
     def _snapshot(self) -> None:
+        """The breakdown now: bytes by tag, the storages that are some parameter's .grad as gradients."""
         self._pending = False
-        self.peak_live = [(k, e.nbytes, e.tag) for d in (self.live, self.kept) for k, e in d.items()]
         keys = set()
-        for p in self.grads_of:
+        if len(self._grad_keys) != len(self.grads_of):
+            self._grad_keys = [(None, 0)] * len(self.grads_of)
+        for i, p in enumerate(self.grads_of):
             grad = p.grad
             if grad is None:
                 continue
-            local = getattr(grad, "_local_tensor", None)  # FSDP2: the DTensor's shard
-            keys.add(StorageWeakRef((grad if local is None else local).untyped_storage()).cdata)
-        self.peak_grad_keys = keys
+            if type(grad) not in self._plain_types:
+                local = getattr(grad, "_local_tensor", None)  # FSDP2: the DTensor's shard
+                if local is None:
+                    self._plain_types.add(type(grad))
+                else:
+                    grad = local
+            # the key of the same tensor as last time is known (weakly held: a gradient's life is its own)
+            seen, key = self._grad_keys[i]
+            if seen is None or seen() is not grad:
+                key = grad.untyped_storage()._cdata
+                self._grad_keys[i] = (weakref.ref(grad), key)
+            keys.add(key)
+        moved: dict[str, int] = {}  # bytes of gradients, by the tag they were listed with
+        moved_count: dict[str, int] = {}
+        for key in keys:
+            entry = self._entry(key)
+            if entry is not None:
+                moved[entry.tag] = moved.get(entry.tag, 0) + entry.nbytes
+                moved_count[entry.tag] = moved_count.get(entry.tag, 0) + 1
+        # a strategy's own tags (ddp_buckets) follow the categories, where some storage keeps them
+        extra = [t for t, n in self._counts.items() if t not in CATEGORIES and n > moved_count.get(t, 0)]
+        if len(extra) > 1:  # their order is the order the storages were listed in: walk them
+            self._peak_breakdown = self._walk(keys)
+            return
+        out = dict.fromkeys(CATEGORIES, 0)
+        for tag in (*CATEGORIES, *extra):
+            out[tag] = self._totals.get(tag, 0) - moved.get(tag, 0)
+        out["gradients"] += sum(moved.values())
+        self._peak_breakdown = out
+
+    def _walk(self, grad_keys: set) -> dict[str, int]:
+        out = dict.fromkeys(CATEGORIES, 0)
+        for d in (self.live, self.kept):
+            for key, entry in d.items():
+                name = "gradients" if key in grad_keys else entry.tag
+                out[name] = out.get(name, 0) + entry.nbytes
+        return out
 
     def breakdown(self) -> dict[str, int]:
         if self._pending:
             self._snapshot()
-        out = dict.fromkeys(CATEGORIES, 0)
-        for key, nbytes, tag in self.peak_live:
-            name = "gradients" if key in self.peak_grad_keys else tag
-            out[name] = out.get(name, 0) + nbytes  # a strategy may add its own (ddp_buckets)
-        return out
+        return dict(self._peak_breakdown)
+
+
+class _Death:
+    """The callback of a storage's weak reference: notes (key, uid) when the storage dies.
+
+    Holds no reference to the tracker or its entries, so that no reference cycle waits for the
+    garbage collector (whose timing would otherwise move with the tracker's own objects)."""
+
+    __slots__ = ("died", "key", "uid")
+
+    def __init__(self, died: list, key: int, uid: int):
+        self.died, self.key, self.uid = died, key, uid
+
+    def __call__(self, _ref) -> None:
+        self.died.append((self.key, self.uid))
 
 
 def _plain(tensors):
