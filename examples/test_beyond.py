@@ -43,29 +43,6 @@ EXPANDABLE = parse_alloc_conf("expandable_segments:True", "")
 AMPERE, PRE_AMPERE = (8, 6), (7, 5)  # compute capability: an RTX 30xx, a T4 / RTX 20xx
 
 
-@contextlib.contextmanager
-def compiled_recomputation(compiled: bool):
-    """Workaround, to remove once oomguide.memory re-enters the compiled context in checkpoint's recomputation.
-
-    ``memory.cuda_model._recompute_under`` recomputes checkpointed code in backward under a fresh
-    ``CudaAutocast``, the eager context, even when the forward ran under ``CompiledAutocast``: the 4 GB
-    forward's checkpointed loss chunks are then recomputed with the eager loss, whose saved tensors
-    differ, and torch.utils.checkpoint raises CheckpointError. Here the recomputation runs under the
-    compiled context, as the forward did (harmless once memory does that itself)."""
-    if not compiled:
-        yield
-        return
-    from oomguide.memory import compiled as compiled_model
-    from oomguide.memory import cuda_model
-
-    eager = cuda_model.CudaAutocast
-    cuda_model.CudaAutocast = compiled_model.CompiledAutocast
-    try:
-        yield
-    finally:
-        cuda_model.CudaAutocast = eager
-
-
 def predicted(
     snippet,
     kind: str,
@@ -95,8 +72,7 @@ def predicted(
         source = memory.ModelSource(gpt_class=gpt_with(module.forward, kind))
         card = FOUR_GB_CARD if kind == "four-gb" else None
         # these forwards return no logits with targets: nothing is left over from the last micro-step
-        with compiled_recomputation(compiled):
-            result = memory.predict(config, phase, card, source=source, stale_logits=False, **options)
+        result = memory.predict(config, phase, card, source=source, stale_logits=False, **options)
     _PREDICTED[key] = result
     return result
 

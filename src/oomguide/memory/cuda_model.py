@@ -222,8 +222,8 @@ def _recompute_under(ctx, *modes):
         with ExitStack() as stack:
             for make in modes:
                 stack.enter_context(make())
-            if isinstance(ctx, CudaAutocast):
-                stack.enter_context(CudaAutocast(ctx.dtype))
+            if isinstance(ctx, CudaAutocast):  # eager or compiled (CompiledAutocast), as the forward ran
+                stack.enter_context(type(ctx)(ctx.dtype))
             yield
 
     def contexts():
