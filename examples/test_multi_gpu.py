@@ -204,6 +204,11 @@ try:
 finally:
     with open(f"record_rank{os.environ['RANK']}.json", "w") as f:
         json.dump(record, f)
+# train.py ended (its process group destroyed): skip the interpreter's teardown, where gloo's
+# threads sometimes abort the process ("terminate called without an active exception")
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 """
 
 

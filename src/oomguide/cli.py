@@ -179,7 +179,7 @@ def run_check(args) -> int:
         from .memory import distributed
 
         out.update(distributed.describe(config, parallel, source))
-        predictor = functools.partial(distributed.predict, parallel=parallel)
+        predictor = functools.partial(distributed.predict, parallel=parallel, capability=card.gpu.capability)
     quiet = args.json or not sys.stderr.isatty()
     if config.compile and not parallel.single:
         notes.append("compile=True: torch.compile is modelled for one process only; figures are eager")
@@ -319,6 +319,13 @@ def _print_check(out: dict, config) -> None:
             mbs = r["max_batch_size"]
             print(f"  largest batch_size that fits: {mbs}" if mbs else "  not even batch_size=1 fits")
     how = "torch.compile modelled by its fused loss and casts" if out["compiled"] else "the model run eagerly"
+    if out.get("world_size", 1) > 1:  # one rank of several: memory.distributed models less (yet)
+        print(
+            "\n(predicted per rank on fake tensors with CUDA's autocast and attention kernel; the model run "
+            "eagerly; a phase fits when its allocated memory does: the caching allocator's reserved "
+            "segments are not replayed for several processes; kernel workspaces are not modelled)"
+        )
+        return
     print(
         f"\n(predicted on fake tensors with CUDA's autocast, attention kernel and caching allocator; {how}; "
         "a phase fits when its reserved memory does; kernel workspaces are not modelled)"

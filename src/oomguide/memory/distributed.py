@@ -32,6 +32,8 @@ from ..config import ConfigError, TrainConfig
 from ..model import GPT
 from . import batches, prefetch
 from .cuda_model import block_size, cuda_autocast_context, segment_size
+from .gpus import DEFAULT_CAPABILITY
+from .kernels import CudaKernels
 from .models import ModelSource, no_init
 from .predict import PHASES, PhaseResult, _run_phase, second_batch
 from .tracker import AllocationTracker
@@ -315,6 +317,7 @@ def predict(
     stale_logits: bool = True,
     fake: bool = True,
     search: bool = False,
+    capability: tuple[int, int] = DEFAULT_CAPABILITY,
 ) -> PhaseResult:
     """One rank's peak of `phase` when `parallel.world_size` processes train with `parallel.strategy`.
 
@@ -322,6 +325,9 @@ def predict(
     ``fake=False`` runs on real CPU tensors (FSDP2: in the real process group the caller set up),
     to check the prediction against a real run. `search=True` (the batch-size search): DDP's peak
     and verdict (on allocated memory) may come from two runs at other batch sizes (``batches``).
+    `capability`: the card's compute capability, which picks CUDA's attention kernel (``kernels``).
+    Not modelled here yet, unlike one process: torch.compile (the model runs eagerly) and the
+    caching allocator (the verdict is on allocated memory; ``reserved_bytes`` stays None).
     """
     if parallel.single:
         from .predict import predict as predict_single
@@ -337,6 +343,7 @@ def predict(
             seed=seed,
             eval_iters=eval_iters,
             stale_logits=stale_logits,
+            capability=capability,
         )
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
@@ -350,13 +357,15 @@ def predict(
     if fake and parallel.strategy == "ddp" and source.path is None and source.gpt_class is GPT:
         if not (phase == "estimate_loss" and config.eval_batch_size):  # as many chunks as b needs
             values = sorted((k, v) for k, v in config.values.items() if k != "batch_size")
-            family = repr(("ddp", values, phase, state, seed, eval_iters, stale_logits, parallel))
+            family = repr(("ddp", values, phase, state, seed, eval_iters, stale_logits, parallel, capability))
     if search and family is not None and budget is not None:
         runs = batches.family(family)
         if not runs.ready(batch) and len(runs.runs) == 1 and not runs.broken and batch != 1:
             second = second_batch(next(iter(runs.runs)))
             if second != batch and not prefetch.collect(family, second, batches.remember):
-                options = dict(source=source, state=state, seed=seed, eval_iters=eval_iters)
+                options = dict(
+                    source=source, state=state, seed=seed, eval_iters=eval_iters, capability=capability
+                )
                 predict(asked, phase, None, parallel, batch_size=second, stale_logits=stale_logits, **options)
         if runs.ready(batch):
             trace = runs.traces(batch)[-1]
@@ -367,6 +376,7 @@ def predict(
     gpt_config = run_config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
     ctx = cuda_autocast_context(config.dtype)
+    kernels = CudaKernels(capability)
     torch.manual_seed(seed)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -383,14 +393,14 @@ def predict(
                 model = source.build(gpt_config)
             shard(model, mesh, config.dtype)
             mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else _nothing()
-            with mode:
+            with mode, kernels:
                 model.to_empty(device="cpu")
                 model.train()
                 _run_fsdp_phase(
                     model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits
                 )
         else:
-            with FakeTensorMode(allow_non_fake_inputs=False) if fake else _nothing():
+            with FakeTensorMode(allow_non_fake_inputs=False) if fake else _nothing(), kernels:
                 with no_init() if fake else _nothing():
                     model = source.build(gpt_config)
                 model.train()
@@ -409,6 +419,7 @@ def predict(
         breakdown=tracker.breakdown(),
         budget_bytes=budget,
     )
+    result.attention = ", ".join(sorted(kernels.used)) or None
     if budget is not None:
         result.fits = tracker.failing is None
         if tracker.failing is not None:
