@@ -70,22 +70,38 @@ def pytest_configure(config):
             raise pytest.UsageError(str(err)) from None
 
 
+def report_header(budget: str, cuda: dict | None = None) -> str:
+    """The first line of `pytest examples`: which path the examples take (docs/<lang>/verify.md shows
+    both forms; examples/test_site_snippets.py checks that they are these). `cuda`: the card's
+    ``device``, ``capability`` (major, minor), ``non_pytorch`` bytes and ``expandable`` (bool)."""
+    if cuda is None:
+        return (
+            f"oomguide examples: CPU path (no CUDA): full-scale peaks predicted on fake tensors for a card "
+            f"of {budget}, plus real scaled-down runs"
+        )
+    major, minor = cuda["capability"]
+    return (
+        f"oomguide examples: CUDA on {cuda['device']} (compute capability {major}.{minor}), "
+        f"allocator capped to a card of {budget}; non-PyTorch memory now "
+        f"{memory.fmt_bytes(cuda['non_pytorch'])}; expandable segments {'on' if cuda['expandable'] else 'off'}"
+    )
+
+
 def pytest_report_header(config):
     budget = config.getoption("--gpu-memory")
-    if memory.cuda_available():
-        import os
+    if not memory.cuda_available():
+        return report_header(budget)
+    import os
 
-        major, minor = memory.cuda_capability()
-        setting = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-        return (
-            f"oomguide examples: CUDA on {memory.cuda_device_name()} (compute capability {major}.{minor}), "
-            f"allocator capped to a {budget} card; non-PyTorch memory now "
-            f"{memory.fmt_bytes(memory.non_pytorch_bytes())}; expandable segments "
-            f"{'on' if 'expandable_segments:True' in setting.replace(' ', '') else 'off'}"
-        )
-    return (
-        f"oomguide examples: CPU path (no CUDA): full-scale peaks predicted on fake tensors for a {budget} card, "
-        "plus real scaled-down runs"
+    setting = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    return report_header(
+        budget,
+        {
+            "device": memory.cuda_device_name(),
+            "capability": memory.cuda_capability(),
+            "non_pytorch": memory.non_pytorch_bytes(),
+            "expandable": "expandable_segments:True" in setting.replace(" ", ""),
+        },
     )
 
 
@@ -232,7 +248,7 @@ class Runner:
         else:
             result = memory.predict(config, phase, self.gpu_memory, **extra)
             how = (
-                f"CPU path: predicted full-scale peak for a {self.budget_text} card "
+                f"CPU path: predicted full-scale peak for a card of {self.budget_text} "
                 f"{fmt(result.peak_bytes)} allocated / {fmt(result.reserved_bytes)} reserved"
             )
         verdict = "fits" if result.fits else "does not fit"

@@ -192,7 +192,7 @@ def check_peak(run, report):
     budget = run.record.get("gpu_memory")
     report(
         f"nanoGPT {run.folder.name}: measured peak {memory.fmt_bytes(measured)} on {run.record['device']}"
-        + (f" capped to a {memory.fmt_bytes(budget)} card" if budget else " (no cap)")
+        + (f" capped to a card of {memory.fmt_bytes(budget)}" if budget else " (no cap)")
         + f", predicted {memory.fmt_bytes(predicted)}"
     )
     assert measured == pytest.approx(predicted, rel=0.1)

@@ -167,3 +167,24 @@ def test_pytest_options_exist(snippet, relative):
         assert cmd[1:2] == ["examples"], f"snippets/{relative}: `{' '.join(cmd)}` does not run examples/"
         for flag in flags(cmd):
             assert flag in proc.stdout, f"snippets/{relative}: `pytest examples --help` has no {flag}"
+
+
+def test_verify_shows_the_headers_the_examples_print():
+    """docs/<lang>/verify.md shows the first line of `pytest examples` on each path: the CPU one as this
+    very run prints it (default --gpu-memory), the CUDA one as the same code writes it for an H100."""
+    from conftest import report_header
+
+    cpu = report_header("11.69GiB")
+    cuda = report_header(
+        "11.69GiB",
+        {
+            "device": "NVIDIA H100 80GB HBM3",
+            "capability": (9, 0),
+            "non_pytorch": 512 * 1024**2,
+            "expandable": False,
+        },
+    )
+    for lang in ("en", "ja", "zh", "de", "fr"):
+        text = (ROOT / "docs" / lang / "verify.md").read_text(encoding="utf-8")
+        shown = [line.strip() for line in text.splitlines() if line.strip().startswith("oomguide examples:")]
+        assert shown == [cuda, cpu], f"docs/{lang}/verify.md shows {shown}, the examples print {[cuda, cpu]}"

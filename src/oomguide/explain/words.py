@@ -63,7 +63,7 @@ TEXT: dict[str, str] = {
         "activations and weights and to predict each phase."
     ),
     "h_prediction": N_(
-        "Prediction for this config on a {card} card ({usable} for PyTorch after the CUDA context)"
+        "Prediction for this config on a card of {card} ({usable} for PyTorch after the CUDA context)"
     ),
     "pred_fits": N_("{phase}: predicted peak {peak}, fits"),
     "pred_no": N_(
@@ -124,7 +124,7 @@ TEXT: dict[str, str] = {
         "(n_layer, n_embd) or use a card with more memory."
     ),
     "model_states_info": N_(
-        "Model states: {params} parameters × 16 bytes = {states} ({states_gb}) on a {card} card."
+        "Model states: {params} parameters × 16 bytes = {states} ({states_gb}) on a card of {card}."
     ),
     "h_links": N_("Read next"),
     # a message that asks for no size ("CUDA error: out of memory", or the short form alone)
@@ -165,7 +165,9 @@ TEXT: dict[str, str] = {
         "The message failed in {phase}, but the prediction says {phase} fits (predicted peak {peak}). "
         "The message's figures that explain the difference:"
     ),
-    "dis_card": N_("the prediction is for a {card} card; the message's card has {capacity} (--gpu-memory)."),
+    "dis_card": N_(
+        "the prediction is for a card of {card}; the message's card has {capacity} (--gpu-memory)."
+    ),
     "dis_other_explains": N_(
         "other processes held {other} of the card. The prediction gives this process the whole card "
         "less the CUDA context; without their memory about {room} was left for PyTorch, less than the "

@@ -37,9 +37,18 @@ class Gpu:
         return f"{self.name} ({self.total_memory / GiB:.2f} GiB, compute capability {major}.{minor})"
 
 
+def indefinite_article(number: str) -> str:
+    """'a' or 'an' before a number as English reads it aloud: an 8, an 11, an 18, an 80; a 12, a 110."""
+    whole = number.split(".")[0]
+    if whole.startswith("8") or whole in ("11", "18") or (len(whole) in (5, 6) and whole[:2] in ("11", "18")):
+        return "an"
+    return "a"
+
+
 def default_gpu(total_memory: int = DEFAULT_GPU_MEMORY) -> Gpu:
     """A card known by its memory only: assumed Ampere or newer."""
-    return Gpu(f"a {total_memory / GiB:.2f} GiB card", total_memory, DEFAULT_CAPABILITY)
+    size = f"{total_memory / GiB:.2f}"
+    return Gpu(f"{indefinite_article(size)} {size} GiB card", total_memory, DEFAULT_CAPABILITY)
 
 
 def _key(name: str) -> str:
