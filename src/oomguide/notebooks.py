@@ -115,6 +115,11 @@ def module_digests(files: list[str]) -> dict[str, str]:
     return out
 
 
+def _changed(modules: dict[str, str]) -> list[str]:
+    """Those of a record's modules whose file is gone or reads differently now."""
+    return [r for r, d in modules.items() if not (PACKAGE / r).is_file() or _digest(PACKAGE / r) != d]
+
+
 def load(path: Path) -> list | None:
     """The outputs recorded at `path`, or None when there is no record or a module it used has changed."""
     try:
@@ -122,21 +127,14 @@ def load(path: Path) -> list | None:
     except (OSError, ValueError):
         return None
     modules = record.get("modules") if isinstance(record, dict) else None
-    if not modules or "outputs" not in record:
+    if not modules or "outputs" not in record or _changed(modules):
         return None
-    for relative, digest in modules.items():
-        file = PACKAGE / relative
-        if not file.is_file() or _digest(file) != digest:
-            return None
     return record["outputs"]
 
 
 def stale_modules(path: Path) -> list[str]:
     """The modules a record used whose content has changed since (for the tests' message)."""
-    record = json.loads(Path(path).read_text(encoding="utf-8"))
-    return [
-        r for r, d in record["modules"].items() if not (PACKAGE / r).is_file() or _digest(PACKAGE / r) != d
-    ]
+    return _changed(json.loads(Path(path).read_text(encoding="utf-8"))["modules"])
 
 
 def _write(path: Path, record: dict) -> None:
