@@ -73,6 +73,9 @@ def check_checkout(path: str) -> Path:
     return root.resolve()
 
 
+DROP_STALE = "beyond/drop-stale-logits.py"  # train.py drops the last training logits before evaluating
+
+
 @dataclass
 class Run:
     """What one run of train.py did."""
@@ -258,11 +261,12 @@ class NanoGPT:
             text=True,
         )
 
-    def cap_for(self, folder: Path, configs: list[str], tail: list[str]) -> int | None:
+    def cap_for(self, folder: Path, configs: list[str], tail: list[str], applied=()) -> int | None:
         """The card a full-scale CUDA run is capped to (nanogpt_run.cap): the --gpu-memory card when
         oomguide predicts that this run, with its patched model.py, fits it in every phase, so that
         the run passing under the cap shows it does; None (no cap) for the runs that show a problem,
-        which are predicted not to fit, and on the CPU."""
+        which are predicted not to fit, and on the CPU. `applied`: the snippets in the copy (the
+        stale logits are gone where DROP_STALE is, as test_nanogpt.check_peak predicts too)."""
         if not (self.cuda and self.gpu_memory):
             return None
         from oomguide import memory
@@ -270,8 +274,9 @@ class NanoGPT:
 
         config = load_config([folder / c for c in configs], [a[2:] for a in tail if a.startswith("--")])
         source = memory.load_model_source(folder / "model.py")
+        stale = DROP_STALE not in applied
         for phase in ("train_step", "estimate_loss"):
-            if not memory.predict(config, phase, self.gpu_memory, source=source).fits:
+            if not memory.predict(config, phase, self.gpu_memory, source=source, stale_logits=stale).fits:
                 return None
         return self.gpu_memory
 
@@ -360,7 +365,7 @@ class NanoGPT:
         self.write_data(folder, values["dataset"], vocab, values["block_size"])
         record, output = folder / "oomguide-record.json", folder / "oomguide-output.txt"
         tail = [*argv_scale, *extra]
-        cap = self.cap_for(folder, configs, tail) if scale == "full" else None
+        cap = self.cap_for(folder, configs, tail, applied) if scale == "full" else None
         env = {"OOMGUIDE_GPU_MEMORY": str(cap)} if cap else {}
         if shell:
             rc = self._run_shell(folder, shell, configs, tail, record, output, env)

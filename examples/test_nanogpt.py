@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from nanogpt_checkout import starts_training
+from nanogpt_checkout import DROP_STALE, starts_training
 from oomguide import memory, placement
 from oomguide.config import load_config
 
@@ -49,7 +49,6 @@ EVAL_BLOCK_CALL = "eval-oom-12gb/get-batch-eval-call.py"
 RECOMPUTED = {"eval-oom-12gb/checkpointed_forward.py", "beyond/four-gb-model.py"}
 CHUNKED_LOSS = {"beyond/chunked-loss.py", "beyond/four-gb-model.py"}
 LOSS_CHUNK_SIZE = 1024  # rows, as the chunked-loss snippets set it
-DROP_STALE = "beyond/drop-stale-logits.py"
 EMPTY_CACHE = "estimate-loss-oom/empty-cache.py"
 GRADSCALER = "estimate-loss-oom/gradscaler.py"
 # code changes that claim to compute what stock nanoGPT computes (the estimate with
