@@ -309,19 +309,25 @@ class NanoGPT:
         key = (snippets, scale, tuple(extra), code, id(placements) if placements else None)
         with self._lock:
             future = self.runs.get(key)
-            inline = future is None and not (background and self._pool is not None)
-            if future is None:
-                if inline:
-                    future = Future()
-                    future.set_running_or_notify_cancel()
-                else:
-                    future = self._pool.submit(self._execute, snippets, scale, extra, code, placements)
-                self.runs[key] = future
-        if inline:
+        if future is not None:
+            return future
+        # Everything that parses Python (placing the snippets with `ast`, reading the config) happens
+        # here, in the calling thread; the pool's threads only wait for train.py. CPython 3.11's
+        # `ast` module keeps its recursion counter per interpreter, not per thread, so two threads in
+        # ast.parse at once can fail with "SystemError: AST constructor recursion depth mismatch"
+        # (https://github.com/python/cpython/issues/106905).
+        job = self._prepare(snippets, scale, extra, code, placements)
+        if background and self._pool is not None:
+            future = self._pool.submit(self._launch, job)
+        else:
+            future = Future()
+            future.set_running_or_notify_cancel()
             try:
-                future.set_result(self._execute(snippets, scale, extra, code, placements))
+                future.set_result(self._launch(job))
             except BaseException as exc:
                 future.set_exception(exc)
+        with self._lock:
+            self.runs[key] = future
         return future
 
     def run(
@@ -342,7 +348,8 @@ class NanoGPT:
         """
         return self._future(tuple(snippets), scale, extra, code, placements, background=False).result()
 
-    def _execute(self, snippets, scale, extra, code, placements) -> Run:
+    def _prepare(self, snippets, scale, extra, code, placements) -> dict:
+        """The copy with its snippets applied, its data and its command line (in the calling thread)."""
         label = (Path(snippets[-1]).stem if snippets else "nanogpt") + ("" if code else "-stock")
         folder = self.copy(label)
         configs, shell, applied = self.apply(folder, snippets, placements, code)
@@ -363,14 +370,28 @@ class NanoGPT:
                 values[k] = v
         vocab = TINY_VOCAB if scale == "tiny" else CHAR_DATASETS.get(values["dataset"])
         self.write_data(folder, values["dataset"], vocab, values["block_size"])
-        record, output = folder / "oomguide-record.json", folder / "oomguide-output.txt"
         tail = [*argv_scale, *extra]
         cap = self.cap_for(folder, configs, tail, applied) if scale == "full" else None
-        env = {"OOMGUIDE_GPU_MEMORY": str(cap)} if cap else {}
-        if shell:
-            rc = self._run_shell(folder, shell, configs, tail, record, output, env)
+        return {
+            "folder": folder,
+            "configs": configs,
+            "shell": shell,
+            "applied": applied,
+            "values": values,
+            "scale": scale,
+            "tail": tail,
+            "env": {"OOMGUIDE_GPU_MEMORY": str(cap)} if cap else {},
+            "snippets": snippets,
+        }
+
+    def _launch(self, job: dict) -> Run:
+        """Run train.py on a prepared copy and read what it recorded (no Python parsing here)."""
+        folder, configs, tail, env = job["folder"], job["configs"], job["tail"], job["env"]
+        record, output = folder / "oomguide-record.json", folder / "oomguide-output.txt"
+        if job["shell"]:
+            rc = self._run_shell(folder, job["shell"], configs, tail, record, output, env)
         else:
-            job = {
+            request = {
                 "cwd": str(folder),
                 "argv": ["train.py", *configs, *tail],
                 "record": str(record),
@@ -379,7 +400,7 @@ class NanoGPT:
             }
             server = self._take_server()
             try:
-                server.stdin.write(json.dumps(job) + "\n")
+                server.stdin.write(json.dumps(request) + "\n")
                 server.stdin.flush()
                 rc = json.loads(server.stdout.readline())["rc"]
             finally:
@@ -387,7 +408,15 @@ class NanoGPT:
                     self._idle.append(server)
         data = json.loads(record.read_text()) if record.exists() else {"error": "no record", "forwards": []}
         return Run(
-            folder, rc, data, output.read_text(errors="replace"), applied, scale, values, configs, snippets
+            folder,
+            rc,
+            data,
+            output.read_text(errors="replace"),
+            job["applied"],
+            job["scale"],
+            job["values"],
+            configs,
+            job["snippets"],
         )
 
     def _run_shell(self, folder, shell, configs, tail, record, output, env) -> int:

@@ -410,3 +410,26 @@ def test_full_scale_runs_are_capped_where_predicted_to_fit(nanogpt, tmp_path, re
         NanoGPT(nanogpt.source, tmp_path, cuda=False, gpu_memory=budget).cap_for(folder, configs, tail)
         is None
     )
+
+
+def test_only_the_calling_thread_parses(ng, monkeypatch):
+    """Runs started in the background parse nothing in their threads: two threads in ast.parse at once
+    fail on CPython 3.11 ("AST constructor recursion depth mismatch", python/cpython#106905), which
+    made this suite fail on busy machines. Every ast.parse while two runs go on comes from this thread."""
+    import ast
+    import threading
+
+    seen = []
+    real = ast.parse
+
+    def parse(*args, **kwargs):
+        seen.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", parse)
+    jobs = [(("eval-oom-12gb/situation.py",), {"extra": (f"--log_interval={n}",)}) for n in (2, 3)]
+    ng.prefetch(jobs)
+    runs = [ng.run(*snippets, **kwargs) for snippets, kwargs in jobs]
+    assert all(run.ok for run in runs), [run.explain() for run in runs]
+    assert seen, "placing snippets and reading configs parse Python: the wrapper saw nothing"
+    assert set(seen) == {threading.current_thread().name}
