@@ -7,14 +7,12 @@ fit; 2 bad input (one line on stderr naming the problem, never a traceback).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
-import warnings
 
-from . import memory, versions
-from .config import ConfigError, load_config
+from . import memory, verdict, versions
+from .config import ConfigError
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -58,7 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a setting, like train.py's --key=value (repeatable)",
     )
-    check.add_argument("--model", metavar="PATH", help="a nanoGPT model.py to use instead of oomguide's GPT")
+    check.add_argument(
+        "--nanogpt",
+        metavar="PATH",
+        help="your nanoGPT checkout (default: the one the config or the working directory is in): its "
+        "train.py and model.py decide what runs",
+    )
+    check.add_argument("--model", metavar="PATH", help="a nanoGPT model.py to run instead of the checkout's")
     check.add_argument(
         "--gpu-memory",
         type=_size,
@@ -119,10 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(phase: str, quiet: bool):
+def _progress(phase: str):
     def report(done: int) -> None:
-        if quiet:
-            return
         bar = "#" * min(done, 20)
         print(
             f"\r  searching the largest batch_size for {phase}: [{bar:<20}] {done} predictions",
@@ -134,121 +136,37 @@ def _progress(phase: str, quiet: bool):
     return report
 
 
+def request_of(args) -> verdict.Request:
+    """check's arguments as the library's request."""
+    return verdict.Request(
+        configs=list(args.configs),
+        overrides=list(args.set),
+        nanogpt=args.nanogpt,
+        model=args.model,
+        gpu=args.gpu,
+        gpu_memory=args.gpu_memory,
+        alloc_conf=args.alloc_conf,
+        nproc_per_node=args.nproc_per_node,
+        strategy=args.strategy,
+        gradient_as_bucket_view=args.gradient_as_bucket_view,
+        phases=args.phase,
+        search=not args.no_search,
+    )
+
+
 def run_check(args) -> int:
-    overrides = []
-    for item in args.set:
-        overrides.append(item)
-    parallel = _parallel(args)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        config = load_config(args.configs, overrides, find_files=True)
-    notes = [str(w.message) for w in caught] + list(config.notes)
-    source = memory.load_model_source(args.model) if args.model else None
-    run = memory.checks_run(config)
-    if config.eval_only and "train_step" not in run:
-        notes.append("eval_only=True: train.py stops after the first estimate_loss(); nothing else runs")
-    phases = [name for name in run if not args.phase or name in args.phase]
-    skipped = [name for name in args.phase or () if name not in run]
-    if skipped:
-        notes.append(f"not run by this config (eval_only): {', '.join(skipped)}")
-    shape = config.gpt_config()
-    card = _card(args)
-    args.gpu_memory = card.total_memory
-    card_options = dict(alloc_conf=card.alloc_conf, capability=card.gpu.capability)
-    out = {
-        "gpu_memory_bytes": args.gpu_memory,
-        "usable_bytes": memory.usable_bytes(args.gpu_memory),
-        "context_bytes": memory.CONTEXT_BYTES,
-        "gpu": card.gpu.name,
-        "compute_capability": ".".join(map(str, card.gpu.capability)),
-        "alloc_conf": card.alloc_conf.describe(),
-        "mode": "predicted",
-        **versions.describe(),  # the PyTorch whose code the prediction ran
-        "config": config.sources,
-        "model": args.model or "oomguide.model.GPT",
-        "shape": {
-            k: getattr(shape, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")
-        },
-        "vocab_from": config.vocab_from,
-        "compiled": bool(config.compile) and parallel.single,
-        "warnings": notes,
-        "phases": {},
-    }
-    predictor = functools.partial(memory.predict, **card_options)
-    if not parallel.single:
-        from .memory import distributed
-
-        out.update(distributed.describe(config, parallel, source))
-        predictor = functools.partial(distributed.predict, parallel=parallel, capability=card.gpu.capability)
     quiet = args.json or not sys.stderr.isatty()
-    if config.compile and not parallel.single:
-        notes.append("compile=True: torch.compile is modelled for one process only; figures are eager")
-    if getattr(args, "program", False) and not args.no_search and parallel.strategy != "fsdp":
-        # the searches' second runs, made meanwhile by a second process (memory/prefetch.py)
-        from .memory import prefetch, search
-
-        checks = [(memory.CHECKS[name][0], _options(name, out)) for name in phases]
-        prefetch.start(search.second_runs(predictor, config, checks, source=source))
-    for name in phases:
-        phase, state = memory.CHECKS[name]
-        options = _options(name, out)
-        known: dict = {}
-        result = predictor(config, phase, args.gpu_memory, source=source, **options)
-        known[config.batch_size] = result
-        entry = {"check": name, "state": state, **result.to_json()}
-        if not args.no_search:
-            report = _progress(name, quiet)
-            entry["max_batch_size"] = memory.max_batch_size(
-                config,
-                phase,
-                args.gpu_memory,
-                source=source,
-                known=known,
-                progress=report,
-                predictor=functools.partial(predictor, **options),
-            )
-            if not quiet:
-                print(file=sys.stderr)
-        out["phases"][name] = entry
-    fits = all(p["fits"] for p in out["phases"].values())
+    run = verdict.prepare(request_of(args))
+    progress = None if quiet else _progress
+    out = verdict.verdict(run, progress=progress, prefetch=getattr(args, "program", False))
+    if args.no_search:
+        for entry in out["phases"].values():
+            entry.pop("max_batch_size", None)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        _print_check(out, config)
-    return EXIT_FITS if fits else EXIT_DOES_NOT_FIT
-
-
-def _options(name: str, out: dict) -> dict:
-    """The predictor's options for the check `name`: its state, and compiled when the model is."""
-    return {"state": memory.CHECKS[name][1], **({"compiled": True} if out["compiled"] else {})}
-
-
-def _card(args):
-    """The card (--gpu, or --gpu-memory with an Ampere-or-newer capability) and the allocator setting."""
-    from types import SimpleNamespace
-
-    from .memory import allocator, gpus
-
-    gpu = gpus.find_gpu(args.gpu) if args.gpu else gpus.default_gpu(args.gpu_memory)
-    if args.alloc_conf is not None:
-        conf = allocator.parse_alloc_conf(args.alloc_conf, "--alloc-conf")
-    else:
-        conf = allocator.alloc_conf_from_env()
-    return SimpleNamespace(gpu=gpu, total_memory=gpu.total_memory, alloc_conf=conf)
-
-
-def _parallel(args):
-    """--nproc-per-node and --strategy, checked (a ValueError is the one line the user sees)."""
-    from .memory.distributed import Parallel
-
-    if args.nproc_per_node <= 0:
-        raise BadInput(f"--nproc-per-node must be 1 or more, got {args.nproc_per_node}")
-    if args.strategy is not None and args.nproc_per_node == 1:
-        raise BadInput(f"--strategy {args.strategy} needs several processes: add --nproc-per-node N (N > 1)")
-    parallel = Parallel(args.nproc_per_node, args.strategy, args.gradient_as_bucket_view)
-    if args.gradient_as_bucket_view and parallel.strategy != "ddp":
-        raise BadInput("--gradient-as-bucket-view is a DDP setting: use it with --strategy ddp")
-    return parallel
+        _print_check(out, run.config)
+    return EXIT_FITS if out["fits"] else EXIT_DOES_NOT_FIT
 
 
 def _print_check(out: dict, config) -> None:
@@ -281,6 +199,22 @@ def _print_check(out: dict, config) -> None:
         + (f" init_from={config.init_from}" if config.init_from != "scratch" else "")
     )
     print(f"vocab_size={shape['vocab_size']}: {out['vocab_from']}")
+    code = out["code"]
+    changes = [
+        what
+        for what, present in (
+            ("estimate_loss() in chunks of eval_batch_size", code["eval_batch_size"]),
+            ("eval_block_size for evaluation", code["eval_block_size"]),
+            ("the stale logits dropped before estimate_loss()", code["drops_stale_logits"]),
+            ("checkpointed Blocks in model.py", code["model"] == "nanogpt+checkpointed_forward"),
+        )
+        if present
+    ]
+    model = "its own model.py, run as it is" if code["model"] == "own" else "nanoGPT's model.py"
+    print(
+        f"code: {code['where']}; {model}; the guide's code changes in it: "
+        + (", ".join(changes) if changes else "none")
+    )
     print(f"predicted with: {versions.line(out['torch_version'])}")
     for note in out["warnings"]:
         print(f"note: {note}")
@@ -315,15 +249,17 @@ def _print_check(out: dict, config) -> None:
             )
         parts = ", ".join(f"{k.replace('_', ' ')} {fmt(v)}" for k, v in r["breakdown"].items())
         print(f"  at the peak: {parts}")
-        if "max_batch_size" in r:
+        if r.get("max_batch_size_note"):
+            print(f"  largest batch_size: {r['max_batch_size_note']}")
+        elif "max_batch_size" in r:
             mbs = r["max_batch_size"]
             print(f"  largest batch_size that fits: {mbs}" if mbs else "  not even batch_size=1 fits")
     how = "torch.compile modelled by its fused loss and casts" if out["compiled"] else "the model run eagerly"
-    if out.get("world_size", 1) > 1:  # one rank of several: memory.distributed models less (yet)
+    if out.get("world_size", 1) > 1:  # one rank of several
         print(
-            "\n(predicted per rank on fake tensors with CUDA's autocast and attention kernel; the model run "
-            "eagerly; a phase fits when its allocated memory does: the caching allocator's reserved "
-            "segments are not replayed for several processes; kernel workspaces are not modelled)"
+            "\n(predicted per rank on fake tensors with CUDA's autocast and attention kernel; "
+            f"{how}; a phase fits when its reserved memory does, the rank's phase replayed through the "
+            "caching allocator from an empty cache; kernel workspaces are not modelled)"
         )
         return
     print(
@@ -359,7 +295,13 @@ def _main(argv) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FITS
-    except (ConfigError, memory.MemoryError_, BadInput, ValueError, OSError) as exc:
+    except (
+        ConfigError,
+        memory.MemoryError_,
+        BadInput,
+        ValueError,
+        OSError,
+    ) as exc:  # BadRequest, CheckoutError too
         print(f"oomguide {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -103,6 +103,8 @@ class TrainConfig:
     # where vocab_size (and, for init_from='resume', the shape) came from, as train.py finds it
     vocab_from: str = "train.py's default 50304 (GPT-2's 50257 padded)"
     notes: list[str] = field(default_factory=list)  # what the reader should know about those sources
+    explicit: frozenset = frozenset()  # the keys the config files and overrides set
+    overridden: frozenset = frozenset()  # the keys set on the command line (--key=value)
 
     def __getattr__(self, name):
         try:
@@ -114,7 +116,9 @@ class TrainConfig:
         values = dict(self.values)
         for key, value in changes.items():
             _set(values, key, value, f"replace({key}=...)")
-        out = TrainConfig(values, list(self.sources), self.vocab_from, list(self.notes))
+        out = TrainConfig(
+            values, list(self.sources), self.vocab_from, list(self.notes), self.explicit, self.overridden
+        )
         out.validate()
         return out
 
@@ -442,14 +446,16 @@ def load_config(paths=(), overrides=(), *, find_files: bool = False, cwd=None, *
     for path in paths:
         explicit.update(read_config_file(path, values))
         sources.append(str(path))
+    overridden = set()
     for item in overrides:
         key, value = parse_override(item)
         _set(values, key, value, f"--{key}")
         explicit.add(key)
+        overridden.add(key)
     for key, value in changes.items():
         _set(values, key, value, f"{key}=")
         explicit.add(key)
-    config = TrainConfig(values, sources)
+    config = TrainConfig(values, sources, explicit=frozenset(explicit), overridden=frozenset(overridden))
     config.validate()
     if find_files:
         resolve_model_args(config, paths, explicit, cwd)

@@ -176,7 +176,11 @@ class GPT(nn.Module):
                 f"cannot forward a sequence of length {t}: block_size is {self.config.block_size}"
             )
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        # named, as in nanoGPT's GPT.forward: the (B, T, C) token and (T, C) position embeddings stay
+        # referenced until forward returns, so they are alive at the loss's peak too
+        tok_emb = self.transformer.wte(idx)
+        pos_emb = self.transformer.wpe(pos)
+        x = self.transformer.drop(tok_emb + pos_emb)
         for block in self.transformer.h:
             if self.config.grad_checkpoint and self.training and torch.is_grad_enabled():
                 x = checkpoint(block, x, use_reentrant=False)

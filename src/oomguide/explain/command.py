@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import sys
-import warnings
 from pathlib import Path
 
 from .. import memory
-from ..config import load_config
 from ..i18n import LANGS
 from .diagnosis import explain
 from .formats import ExplainError
@@ -55,6 +53,12 @@ def add_arguments(parser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a setting, like train.py's --key=value (repeatable)",
+    )
+    parser.add_argument(
+        "--nanogpt",
+        metavar="PATH",
+        help="your nanoGPT checkout (default: the one the config or the working directory is in): its "
+        "train.py and model.py decide what the prediction runs",
     )
     parser.add_argument(
         "--gpu-memory",
@@ -97,12 +101,22 @@ def read_input(path: str) -> tuple[str, str]:
 
 def run(args) -> int:
     text, source = read_input(args.file)
-    config, notes = None, []
+    config, notes, judge = None, [], None
     if args.configs or args.set:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            config = load_config(args.configs, args.set)
-        notes = [str(w.message) for w in caught]
+        from dataclasses import replace
+
+        from .. import verdict
+
+        # the settings and the code as `oomguide check` reads them: one verdict for one config
+        request = verdict.Request(
+            configs=args.configs, overrides=args.set, nanogpt=args.nanogpt, search=False
+        )
+        prepared = verdict.prepare(request)
+        config, notes = prepared.config, prepared.notes
+
+        def judge(card_bytes):
+            card = verdict._card(replace(request, gpu_memory=card_bytes))
+            return verdict.verdict(replace(prepared, card=card))
 
     def progress(phase):
         if not args.json and sys.stderr.isatty():
@@ -115,6 +129,7 @@ def run(args) -> int:
         predict=not args.no_predict,
         source=source,
         progress=progress,
+        judge=judge,
     )
     result.warnings = notes
     if args.json:

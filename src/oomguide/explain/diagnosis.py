@@ -231,8 +231,12 @@ def explain(
     predict: bool = True,
     source: str = "the input",
     progress=None,
+    judge=None,
 ) -> Explanation:
-    """Read the OOM message in `text` and explain it (for a nanoGPT `config`, if given)."""
+    """Read the OOM message in `text` and explain it (for a nanoGPT `config`, if given).
+
+    `judge(card_bytes)`: the verdict (``oomguide.verdict``) of the reader's run on that card; by
+    default the verdict of `config` as nanoGPT runs it."""
     figs, found = parse_message(text, source)
     context = detect_context(text)
     if isinstance(figs, NoRequest):
@@ -257,15 +261,20 @@ def explain(
         result.config = {k: config.values[k] for k in CONFIG_KEYS}
         result.config["sources"] = config.sources
         if predict:
-            phases = {}
-            for phase in memory.PHASES:
-                if progress:
-                    progress(phase)
-                phases[phase] = memory.predict(config, phase, card).to_json()
-            result.prediction = {
-                "gpu_memory_bytes": card,
-                "usable_bytes": memory.usable_bytes(card),
-                "phases": phases,
-            }
-            result.disagreement = disagreement(figs, result.prediction, context, card)
+            # the one verdict (oomguide.verdict), as `oomguide check` gives it for this config and card
+            if judge is None:
+                from .. import verdict
+
+                def judge(card_bytes):
+                    request = verdict.Request(config=config, gpu_memory=card_bytes, search=False)
+                    return verdict.verdict(request)
+
+            if progress:
+                progress("train_step, estimate_loss")
+            result.prediction = judge(card)
+            phases = result.prediction["phases"]
+            if "estimate_loss" not in phases and "estimate_loss_first" in phases:  # eval_only
+                phases = {**phases, "estimate_loss": phases["estimate_loss_first"]}
+            view = dict(result.prediction, phases=phases)
+            result.disagreement = disagreement(figs, view, context, card)
     return result

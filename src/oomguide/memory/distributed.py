@@ -30,7 +30,8 @@ import torch.distributed as dist
 from .. import loop
 from ..config import ConfigError, TrainConfig
 from ..model import GPT
-from . import batches, prefetch
+from . import batches, prefetch, reserved
+from .compiled import compiled_context
 from .cuda_model import block_size, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
@@ -318,6 +319,8 @@ def predict(
     fake: bool = True,
     search: bool = False,
     capability: tuple[int, int] = DEFAULT_CAPABILITY,
+    compiled: bool = False,
+    alloc_conf=None,
 ) -> PhaseResult:
     """One rank's peak of `phase` when `parallel.world_size` processes train with `parallel.strategy`.
 
@@ -326,8 +329,10 @@ def predict(
     to check the prediction against a real run. `search=True` (the batch-size search): DDP's peak
     and verdict (on allocated memory) may come from two runs at other batch sizes (``batches``).
     `capability`: the card's compute capability, which picks CUDA's attention kernel (``kernels``).
-    Not modelled here yet, unlike one process: torch.compile (the model runs eagerly) and the
-    caching allocator (the verdict is on allocated memory; ``reserved_bytes`` stays None).
+    `compiled=True`: the model as torch.compile runs it (``compiled``'s rules, as for one process:
+    nanoGPT's train.py compiles before it wraps the model in DDP). The verdict is on reserved memory,
+    the rank's phase replayed through the caching allocator from an empty cache (``reserved``; one
+    process also replays the step that ran before the phase).
     """
     if parallel.single:
         from .predict import predict as predict_single
@@ -344,6 +349,9 @@ def predict(
             eval_iters=eval_iters,
             stale_logits=stale_logits,
             capability=capability,
+            compiled=compiled,
+            alloc_conf=alloc_conf,
+            search=search,
         )
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
@@ -357,25 +365,32 @@ def predict(
     if fake and parallel.strategy == "ddp" and source.path is None and source.gpt_class is GPT:
         if not (phase == "estimate_loss" and config.eval_batch_size):  # as many chunks as b needs
             values = sorted((k, v) for k, v in config.values.items() if k != "batch_size")
-            family = repr(("ddp", values, phase, state, seed, eval_iters, stale_logits, parallel, capability))
+            family = repr(
+                ("ddp", values, phase, state, seed, eval_iters, stale_logits, parallel, capability, compiled)
+            )
     if search and family is not None and budget is not None:
         runs = batches.family(family)
         if not runs.ready(batch) and len(runs.runs) == 1 and not runs.broken and batch != 1:
             second = second_batch(next(iter(runs.runs)))
             if second != batch and not prefetch.collect(family, second, batches.remember):
                 options = dict(
-                    source=source, state=state, seed=seed, eval_iters=eval_iters, capability=capability
+                    source=source,
+                    state=state,
+                    seed=seed,
+                    eval_iters=eval_iters,
+                    capability=capability,
+                    compiled=compiled,
                 )
                 predict(asked, phase, None, parallel, batch_size=second, stale_logits=stale_logits, **options)
         if runs.ready(batch):
             trace = runs.traces(batch)[-1]
-            fits = batches.trace_fits(trace, budget)
+            fits = _replay_fits(trace, budget, gpu_memory, alloc_conf)
             return PhaseResult(
                 phase, "predicted", batch, runs.peak(batch), 0, "", budget_bytes=budget, fits=fits
             )
     gpt_config = run_config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
-    ctx = cuda_autocast_context(config.dtype)
+    ctx = compiled_context(config.dtype) if compiled else cuda_autocast_context(config.dtype)
     kernels = CudaKernels(capability)
     torch.manual_seed(seed)
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -426,11 +441,19 @@ def predict(
             result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
+    reserved.judge(result, [tracker.trace], 0, gpu_memory, alloc_conf)
     if family is not None:
         batches.remember(family, batch, [tracker.trace], tracker.peak)
-        if budget is not None and batches.trace_fits(tracker.trace, budget) != result.fits:
-            batches.family(family).broken = True  # the verdict from the trace is not the tracker's
+        if budget is not None and _replay_fits(tracker.trace, budget, gpu_memory, alloc_conf) != result.fits:
+            batches.family(family).broken = True  # the verdict from the trace is not the run's
     return result
+
+
+def _replay_fits(trace, budget, gpu_memory, alloc_conf) -> bool:
+    """A rank's verdict from its trace alone: the caching allocator replayed under the card."""
+    conf = reserved.alloc_conf_from_env() if alloc_conf is None else alloc_conf
+    limit, fraction = reserved.limit_for(budget, gpu_memory, conf)
+    return reserved.replay([trace], conf, limit, measure_from=0, fraction=fraction).fits
 
 
 class _nothing:

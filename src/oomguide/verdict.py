@@ -1,0 +1,304 @@
+"""One verdict: a nanoGPT run as the reader has it -> each phase's peak, whether it fits, the largest batch.
+
+``oomguide check``, ``oomguide explain --config``, the pages' figures and the notebooks call
+:func:`verdict`, so that one config gives one answer everywhere. What it decides, in order:
+
+1. the settings: the config files and ``--key=value`` overrides, read as train.py reads them
+   (``config.load_config``; the data's meta.pkl and a resumed checkpoint found as train.py finds them);
+2. the code that runs (``checkout``): the reader's nanoGPT checkout (``--nanogpt``, else the one the
+   config or the working directory belongs to), or, without one, nanoGPT as released, said in the
+   output. A setting only the guide's code changes read counts only where that change is in the
+   code; otherwise one note names the section that adds it, and the prediction is the unchanged run;
+3. the card (``--gpu``, or ``--gpu-memory`` with an assumed compute capability) and the allocator;
+4. the processes (one, or ``torchrun``'s ranks under DDP or FSDP2) and whether the model is compiled;
+5. each phase train.py goes through, predicted on fake tensors (``memory``), and the batch search.
+
+The result is a plain dict (the ``--json`` output); ``cli`` and ``explain.render`` only word it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from dataclasses import dataclass, field
+
+from . import checkout, memory, versions
+from .config import EXTENSION_DEFAULTS, TrainConfig, load_config
+
+
+@dataclass
+class Request:
+    """A run to judge: what the reader types (`check`'s options), in the library's terms."""
+
+    configs: list = field(default_factory=list)
+    overrides: list = field(default_factory=list)  # key=value, as train.py's --key=value
+    nanogpt: str | None = None  # the reader's checkout (None: found from the config or the cwd)
+    code: checkout.Code | None = None  # the code, given instead of found (the pages' snippets)
+    model: str | None = None  # a model.py to run instead of the checkout's
+    gpu: str | None = None
+    gpu_memory: int = memory.DEFAULT_GPU_MEMORY
+    alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF's syntax; None: the environment's
+    nproc_per_node: int = 1
+    strategy: str | None = None
+    gradient_as_bucket_view: bool = False
+    phases: list | None = None  # only these of memory.CHECKS (None: every phase train.py runs)
+    search: bool = True  # the largest batch_size that fits
+    cwd: str | None = None
+    config: TrainConfig | None = None  # settings already read (explain), instead of configs/overrides
+
+
+class BadRequest(ValueError):
+    """A request that names no possible run; the message is the one line the reader sees."""
+
+
+@dataclass
+class Run:
+    """What :func:`prepare` decided: the settings, the code and the card a prediction runs with."""
+
+    config: TrainConfig
+    code: checkout.Code
+    source: memory.ModelSource | None
+    stale_logits: bool
+    card: object
+    parallel: object
+    phases: list
+    notes: list
+    search: bool = True  # the largest batch_size that fits, per phase
+
+    @property
+    def compiled(self) -> bool:
+        return bool(self.config.compile)
+
+    def options(self, name: str) -> dict:
+        """The predictor's options for the check `name`: its state, and compiled when the model is."""
+        return {
+            "state": memory.CHECKS[name][1],
+            "stale_logits": self.stale_logits,
+            **({"compiled": True} if self.compiled else {}),
+        }
+
+    def predictor(self):
+        card = self.card
+        if self.parallel.single:
+            return functools.partial(
+                memory.predict, alloc_conf=card.alloc_conf, capability=card.gpu.capability
+            )
+        from .memory import distributed
+
+        return functools.partial(
+            distributed.predict,
+            parallel=self.parallel,
+            capability=card.gpu.capability,
+            alloc_conf=card.alloc_conf,
+        )
+
+
+def _meaningful(value) -> bool:
+    return value not in (None, 0, False)
+
+
+def apply_code(config: TrainConfig, code: checkout.Code, model_path: str | None) -> tuple[TrainConfig, list]:
+    """The settings as the reader's code reads them: the guide's keys only where its change is there."""
+    notes = []
+    changes = {}
+    for key, (reader, page, anchor) in checkout.GUIDE_KEYS.items():
+        value = config.values[key]
+        if not _meaningful(value):
+            continue
+        if key == "grad_checkpoint" and model_path is not None:
+            continue  # the reader's model.py decides below
+        if code.reads(key):
+            continue
+        refused = (
+            key in config.overridden
+            and code.command_line_keys is not None
+            and key not in code.command_line_keys
+        )
+        notes.append(
+            f"{key} = {value!r} is read only by {reader} as the guide changes it ({page}.md#{anchor}); "
+            f"{code.where} does not have that change, so nanoGPT ignores {key}"
+            + (f" (and train.py would stop on --{key}: 'Unknown config key')" if refused else "")
+            + ": predicted without it"
+        )
+        changes[key] = EXTENSION_DEFAULTS[key]
+    if code.grad_checkpoint and not config.grad_checkpoint and model_path is None:
+        changes["grad_checkpoint"] = True  # model.py checkpoints every Block in training, whatever the config
+    if code.command_line_keys is not None:
+        unknown = sorted(config.overridden - code.command_line_keys - set(checkout.GUIDE_KEYS))
+        for key in unknown:
+            notes.append(
+                f"train.py would stop on --{key}: 'Unknown config key' (not a global of its train.py)"
+            )
+    return (config.replace(**changes) if changes else config), notes
+
+
+def prepare(request: Request) -> Run:
+    """Read the settings, find the code, resolve the card and the processes (no prediction yet)."""
+    from .memory.distributed import Parallel
+
+    if request.nproc_per_node <= 0:
+        raise BadRequest(f"--nproc-per-node must be 1 or more, got {request.nproc_per_node}")
+    if request.strategy is not None and request.nproc_per_node == 1:
+        raise BadRequest(
+            f"--strategy {request.strategy} needs several processes: add --nproc-per-node N (N > 1)"
+        )
+    parallel = Parallel(request.nproc_per_node, request.strategy, request.gradient_as_bucket_view)
+    if request.gradient_as_bucket_view and parallel.strategy != "ddp":
+        raise BadRequest("--gradient-as-bucket-view is a DDP setting: use it with --strategy ddp")
+    if request.config is not None:
+        config, notes = request.config, []
+    else:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            config = load_config(request.configs, request.overrides, find_files=True, cwd=request.cwd)
+        notes = [str(w.message) for w in caught] + list(config.notes)
+    code = request.code or checkout.find(request.configs, request.cwd, request.nanogpt)
+    notes += list(code.notes)
+    model_path = request.model or (str(code.model_path) if code.model_path else None)
+    config, code_notes = apply_code(config, code, model_path)
+    notes += code_notes
+    source = memory.load_model_source(model_path) if model_path else None
+    if source is not None and config.grad_checkpoint:
+        if "grad_checkpoint" not in inspect.signature(source.config_class).parameters:
+            notes.append(
+                f"grad_checkpoint = True is not a field of {model_path}'s GPTConfig: its forward decides "
+                "whether it checkpoints (eval-oom-12gb.md#gradient-checkpointing); predicted as it is"
+            )
+            config = config.replace(grad_checkpoint=False)
+    run = memory.checks_run(config)
+    if config.eval_only and "train_step" not in run:
+        notes.append("eval_only=True: train.py stops after the first estimate_loss(); nothing else runs")
+    phases = [name for name in run if not request.phases or name in request.phases]
+    skipped = [name for name in request.phases or () if name not in run]
+    if skipped:
+        notes.append(f"not run by this config (eval_only): {', '.join(skipped)}")
+    return Run(
+        config=config,
+        code=code,
+        source=source,
+        stale_logits=not code.drops_stale_logits,
+        card=_card(request),
+        parallel=parallel,
+        phases=phases,
+        notes=notes,
+        search=request.search,
+    )
+
+
+def _card(request: Request):
+    """The card (--gpu, or --gpu-memory with an Ampere-or-newer capability) and the allocator setting."""
+    from types import SimpleNamespace
+
+    from .memory import allocator, gpus
+
+    gpu = gpus.find_gpu(request.gpu) if request.gpu else gpus.default_gpu(request.gpu_memory)
+    if request.alloc_conf is not None:
+        conf = allocator.parse_alloc_conf(request.alloc_conf, "--alloc-conf")
+    else:
+        conf = allocator.alloc_conf_from_env()
+    return SimpleNamespace(gpu=gpu, total_memory=gpu.total_memory, alloc_conf=conf)
+
+
+def search_note(run: Run, name: str) -> str | None:
+    """Why the largest batch_size is not searched for phase `name`, or None when it is."""
+    config = run.config
+    phase, state = memory.CHECKS[name]
+    if phase != "estimate_loss" or not (run.code.eval_batch_size and _meaningful(config.eval_batch_size)):
+        return None
+    if state == "first" or not run.stale_logits:
+        return (
+            f"does not depend on batch_size: estimate_loss() forwards eval_batch_size = "
+            f"{config.eval_batch_size} sequences at a time"
+        )
+    return None
+
+
+def verdict(request: Request | Run, progress=None, prefetch: bool = False) -> dict:
+    """The whole answer for a run, as a plain dict (see the module's docstring).
+
+    `progress(phase)` returns a callback for the batch search's progress (or None).
+    `prefetch=True` (the CLI program only): a forked child makes the searches' second runs meanwhile.
+    """
+    run = request if isinstance(request, Run) else prepare(request)
+    search = run.search
+    config, card, parallel, source = run.config, run.card, run.parallel, run.source
+    shape = config.gpt_config()
+    code = run.code
+    out = {
+        "gpu_memory_bytes": card.total_memory,
+        "usable_bytes": memory.usable_bytes(card.total_memory),
+        "context_bytes": memory.CONTEXT_BYTES,
+        "gpu": card.gpu.name,
+        "compute_capability": ".".join(map(str, card.gpu.capability)),
+        "alloc_conf": card.alloc_conf.describe(),
+        "mode": "predicted",
+        **versions.describe(),  # the PyTorch whose code the prediction ran
+        "config": config.sources,
+        "code": {
+            "where": code.where,
+            "eval_batch_size": code.eval_batch_size,
+            "eval_block_size": code.eval_block_size,
+            "drops_stale_logits": code.drops_stale_logits,
+            "model": code.model,
+        },
+        "model": str(source.path) if source is not None else "oomguide.model.GPT",
+        "shape": {
+            k: getattr(shape, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")
+        },
+        "settings": {
+            k: config.values[k]
+            for k in (
+                "batch_size",
+                "dtype",
+                "gradient_accumulation_steps",
+                "compile",
+                "eval_batch_size",
+                "eval_block_size",
+                "grad_checkpoint",
+                "init_from",
+            )
+        },
+        "vocab_from": config.vocab_from,
+        "compiled": run.compiled,
+        "warnings": run.notes,
+        "phases": {},
+    }
+    predictor = run.predictor()
+    if not parallel.single:
+        from .memory import distributed
+
+        out.update(distributed.describe(config, parallel, source))
+    if prefetch and search and parallel.strategy != "fsdp":
+        from .memory import prefetch as prefetching
+        from .memory import search as searching
+
+        checks = [
+            (memory.CHECKS[name][0], run.options(name))
+            for name in run.phases
+            if search_note(run, name) is None
+        ]
+        prefetching.start(searching.second_runs(predictor, config, checks, source=source))
+    for name in run.phases:
+        phase, state = memory.CHECKS[name]
+        options = run.options(name)
+        result = predictor(config, phase, card.total_memory, source=source, **options)
+        entry = {"check": name, "state": state, **result.to_json()}
+        if search:
+            why = search_note(run, name)
+            if why is not None:
+                entry["max_batch_size"] = None
+                entry["max_batch_size_note"] = why
+            else:
+                entry["max_batch_size"] = memory.max_batch_size(
+                    config,
+                    phase,
+                    card.total_memory,
+                    source=source,
+                    known={config.batch_size: result},
+                    progress=progress(name) if progress else None,
+                    predictor=functools.partial(predictor, **options),
+                )
+        out["phases"][name] = entry
+    out["fits"] = all(p["fits"] for p in out["phases"].values())
+    return out
