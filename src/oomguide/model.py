@@ -136,6 +136,9 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
+        # True while the model stands for its torch.compile'd self (oomguide.memory.compiled): a
+        # compiled graph frees each intermediate after its last use, whatever Python names it
+        self.graph_lifetimes = False
         self.transformer = nn.ModuleDict(
             dict(
                 wte=nn.Embedding(config.vocab_size, config.n_embd),
@@ -181,6 +184,8 @@ class GPT(nn.Module):
         tok_emb = self.transformer.wte(idx)
         pos_emb = self.transformer.wpe(pos)
         x = self.transformer.drop(tok_emb + pos_emb)
+        if self.graph_lifetimes:
+            del tok_emb, pos_emb
         for block in self.transformer.h:
             if self.config.grad_checkpoint and self.training and torch.is_grad_enabled():
                 x = checkpoint(block, x, use_reentrant=False)

@@ -321,6 +321,8 @@ def _run(
         warnings.simplefilter("ignore")
         with no_init() if fake else nullcontext():
             model = source.build(gpt_config)
+        if compiled and hasattr(model, "graph_lifetimes"):
+            model.graph_lifetimes = True  # oomguide's GPT as Inductor runs it
         model.train()
         model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
         warm_key = (
