@@ -1,7 +1,8 @@
 """The one place that decides how an example runs: on CUDA for real, or on the CPU path.
 
 - CUDA present: the phase runs for real on the GPU, its caching allocator capped to the
-  ``--gpu-memory`` card (default 11.69 GiB, a 12 GB card; FACTS 15), and the measured peak is reported.
+  ``--gpu-memory`` card (default 11.69 GiB, a 12 GB card; docs/en/verify.md#gpu-memory), and the
+  measured peak is reported.
 - No CUDA: the full-scale peak is predicted by running the same model code on fake tensors, and a
   real scaled-down train step and estimate_loss run on the CPU for the numerics.
 

@@ -45,7 +45,8 @@ def n_params(config) -> int:
 
 
 def test_situation_reproduces_the_error(snippet, figure, report):
-    """The article's compiled run (FACTS 23): the first estimate_loss() passes its first batch (the loss
+    """The article's compiled run (docs/en/estimate-loss-oom.md#problem-analysis): the first
+    estimate_loss() passes its first batch (the loss
     is fused) and asks for the second batch's (65536, 50304) bf16 logits while the first batch's are
     still referenced; run eagerly, it would fail one batch earlier, at the log-probabilities."""
     config = snippet.config(SITUATION)
@@ -95,7 +96,8 @@ def test_situation_reproduces_the_error(snippet, figure, report):
 
 
 def test_memory_arithmetic(snippet, figure):
-    """Weights, AdamW state, and the loss on CUDA: about four times the bf16 logits (FACTS 12)."""
+    """Weights, AdamW state, and the loss on CUDA: about four times the bf16 logits
+    (docs/en/estimate-loss-oom.md#memory-arithmetic)."""
     config = snippet.config(SITUATION)
     params = n_params(config)
     figure("params_total", params, "int")
@@ -110,7 +112,8 @@ def test_memory_arithmetic(snippet, figure):
     # - this article's message asks for 6.14 GiB while the (64, 1024, 50304) bf16 logits exist: the
     #   log-probabilities, one more tensor of the logits' shape and dtype;
     # - nanoGPT issue #88 (eager, batch 32) asked for 6.14 GiB = 32*1024*50304 * 4 bytes: nll_loss's
-    #   float32 copy, twice the bytes of a 16-bit tensor of that shape (FACTS 18).
+    #   float32 copy, twice the bytes of a 16-bit tensor of that shape
+    #   (https://github.com/karpathy/nanoGPT/issues/88).
     logits = config.batch_size * config.block_size * config.vocab_size * 2
     log_probs = report_bytes("requested")
     fp32_copy_per_element = report_bytes("requested") / (32 * config.block_size * config.vocab_size)
@@ -241,7 +244,8 @@ def test_fix_expandable_segments(snippet, runner, report):
 
 
 def test_fix_empty_cache(snippet, figure, runner, report):
-    """Fix 5: empty_cache() gives back reserved-but-unused blocks, never live tensors (FACTS 13)."""
+    """Fix 5: empty_cache() gives back reserved-but-unused blocks, never live tensors
+    (docs/en/estimate-loss-oom.md#empty-cache)."""
     # train.py's lines, pasted before `losses = estimate_loss()` (where its placement puts them; run
     # there by examples/test_nanogpt.py): they read train.py's `torch`
     code = compile(snippet.path("estimate-loss-oom/empty-cache.py").read_text(), "empty-cache.py", "exec")
@@ -270,7 +274,8 @@ def test_fix_empty_cache(snippet, figure, runner, report):
 
 
 def test_fix_eval_settings(snippet, figure, report):
-    """Fix 6: eval_interval/eval_iters change evaluation time, not the peak (FACTS 2)."""
+    """Fix 6: eval_interval/eval_iters change evaluation time, not the peak
+    (docs/en/estimate-loss-oom.md#eval-interval)."""
     before = snippet.config(SITUATION, "estimate-loss-oom/batch-size.py")
     config = snippet.config(
         SITUATION, "estimate-loss-oom/batch-size.py", "estimate-loss-oom/eval-settings.py"

@@ -314,7 +314,8 @@ def test_eval_batch_size(snippet, figure):
 
 
 def test_nanogpt_has_no_eval_batch_size():
-    """FACTS 2: train.py has no such global; oomguide lists it among its extensions."""
+    """nanoGPT's train.py has no such global (get_batch() reads batch_size); oomguide lists it among
+    its extensions (docs/en/eval-oom-12gb.md#eval-batch-size)."""
     from oomguide.config import EXTENSION_DEFAULTS, NANOGPT_DEFAULTS
 
     assert "eval_batch_size" not in NANOGPT_DEFAULTS and "eval_batch_size" in EXTENSION_DEFAULTS

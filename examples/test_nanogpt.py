@@ -141,7 +141,7 @@ def check_claims(run):
     later = run.evaluations[1][0]
     if DROP_STALE in applied or applied & CHUNKED_LOSS:
         assert later["stale_logits"] is None, "no logits left over from training during estimate_loss()"
-    else:  # FACTS 11: stock train.py keeps the last micro-step's logits alive
+    else:  # stock train.py keeps the last micro-step's logits alive (its module-level `logits`)
         assert later["stale_logits"] == [
             *run.forwards(True)[-1]["shape"],
             run.forwards(True)[-1]["logits"][-1],

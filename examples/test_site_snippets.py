@@ -45,7 +45,8 @@ block_size = 1024
 gradient_accumulation_steps = 40
 """
 
-# Shaped like nanoGPT issue #88 (FACTS 18), --batch_size=32 on a 16 GB card: 6.14 GiB is a float32
+# Shaped like https://github.com/karpathy/nanoGPT/issues/88, --batch_size=32 on a 16 GB card:
+# 6.14 GiB is a float32
 # (B*T, V) buffer, 32*1024*50304*4 bytes; the other sizes are made up but consistent.
 OOM_MESSAGE = """\
 Traceback (most recent call last):

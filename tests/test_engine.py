@@ -28,7 +28,7 @@ def count(config: GPTConfig) -> int:
 
 # --- model -----------------------------------------------------------------------------------
 def test_parameter_counts_match_nanogpt():
-    assert count(GPTConfig()) == 124_475_904  # FACTS 10, vocab 50304
+    assert count(GPTConfig()) == 124_475_904  # bias=True, wte tied to lm_head (nanoGPT), vocab 50304
     assert count(GPTConfig(vocab_size=50257)) == 124_439_808
     with torch.device("meta"):
         assert GPT(GPTConfig()).get_num_params() == 123_689_472  # nanoGPT prints 123.69M
@@ -161,7 +161,7 @@ def test_train_step_runs_on_nanogpt_bin_data(tmp_path):
     for _ in range(10):
         last = loop.train_step(state, data.get_batch, 2).item()
     assert last < first
-    assert state.logits.shape == (4, 32, 128)  # the last micro-step's logits stay referenced (FACTS 11)
+    assert state.logits.shape == (4, 32, 128)  # the last micro-step's logits stay referenced, as in train.py
 
 
 # --- memory ----------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def test_first_estimate_loss_at_batch_64_reproduces_the_articles_error():
     assert result.fits is False
     assert result.failing_allocation_bytes == LOGITS_64_BF16  # "Tried to allocate 6.14 GiB"
     assert "[65536, 50304]" in result.failing_allocation and "bfloat16" in result.failing_allocation
-    # the float32 copy nll_loss makes under CUDA autocast (FACTS 12) is the largest block
+    # the float32 copy nll_loss makes under CUDA autocast (autocast_mode.h's fp32 list) is the largest block
     assert result.largest_allocation_bytes == 2 * LOGITS_64_BF16
     small = memory.predict(load_config([], ["batch_size=4"]), "estimate_loss", memory.DEFAULT_GPU_MEMORY)
     assert small.fits is True
@@ -196,7 +196,8 @@ def test_nanogpt_default_train_step_is_between_11_and_14_gib():
     "batch_size, printed", [(32, "Tried to allocate 6.14 GiB"), (2, "Tried to allocate 394.00 MiB")]
 )
 def test_the_float32_copy_of_nanogpt_issue_88(batch_size, printed):
-    """nanoGPT issue #88 (FACTS 18, 19): eager float16 runs that asked for a float32 (B*T, V) buffer.
+    """https://github.com/karpathy/nanoGPT/issues/88: eager float16 runs that asked for a float32
+    (B*T, V) buffer.
 
     The observed messages, not the predictor's autocast model, say how large the largest block is:
     the predicted largest allocation of the train step, rounded as the caching allocator rounds it,

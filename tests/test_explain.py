@@ -23,8 +23,8 @@ from oomguide.i18n import gettext_for
 
 ROOT = Path(__file__).resolve().parents[1]
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
-LOGITS_6_14 = 6_593_445_888  # 32·1024·50304·4 = 64·1024·50304·2 (FACTS 18)
-LOGITS_394 = 412_090_368  # 2·1024·50304·4 (FACTS 19), printed rounded up to 2 MiB
+LOGITS_6_14 = 6_593_445_888  # 32·1024·50304·4 = 64·1024·50304·2 (nanoGPT issue #88)
+LOGITS_394 = 412_090_368  # 2·1024·50304·4 (nanoGPT issue #88), printed rounded up to 2 MiB
 GPT2_XL_PARAMS = 1_557_611_200
 CARD_24GB = int(23.69 * GiB)  # what PyTorch reports for a "24 GB" card (RTX 3090/4090)
 
@@ -78,7 +78,7 @@ def traceback(message: str, in_eval: bool = True) -> str:
 
 
 def msg_6_14(capacity=int(15.77 * GiB)):
-    """FACTS 18: a 16 GB card, the (B·T, V) buffer of 6.14 GiB does not fit."""
+    """nanoGPT issue #88: a 16 GB card, the (B·T, V) buffer of 6.14 GiB does not fit."""
     allocated = int(9.10 * GiB)
     return new_message(segment(LOGITS_6_14), capacity, int(5.50 * GiB), int(9.75 * GiB), allocated, 200 * MiB)
 
@@ -114,7 +114,7 @@ def test_format_size_is_pytorchs():
     assert fmt(segment(4 * MiB)) == "20.00 MiB" and fmt(segment(512)) == "2.00 MiB"
 
 
-# --- FACTS 18: 6.14 GiB -----------------------------------------------------------------------
+# --- https://github.com/karpathy/nanoGPT/issues/88: 6.14 GiB ----------------------------------
 def test_6_14_gib_is_logits_at_batch_32_float32_and_batch_64_bf16():
     result = ex.explain(msg_6_14())
     assert result.matched_by == "search"
@@ -163,7 +163,7 @@ def test_6_14_gib_with_a_config_names_that_configs_bf16_logits(capsys, message_f
     assert "the (B·T, V) logits: shape (65536, 50304), bfloat16, 6,593,445,888 bytes → 6.14 GiB" in out
 
 
-# --- FACTS 19: 394.00 MiB ---------------------------------------------------------------------
+# --- nanoGPT issue #88: 394.00 MiB ------------------------------------------------------------
 def test_394_mib_is_the_float32_copy_at_batch_2(capsys, message_file):
     capacity = int(15.75 * GiB)
     message = old_message(segment(LOGITS_394), capacity, int(14.20 * GiB), int(250 * MiB), int(14.30 * GiB))
@@ -192,7 +192,7 @@ def test_394_mib_is_the_float32_copy_at_batch_2(capsys, message_file):
         assert phase["fits"] or phase["failing_allocation_bytes"] > 0
 
 
-# --- FACTS 20: gpt2-xl, batch 1, a 24 GB card ---------------------------------------------------
+# --- https://github.com/karpathy/nanoGPT/issues/208: gpt2-xl, batch 1, a 24 GB card -------------
 def test_gpt2_xl_model_states_against_a_24gb_card(capsys, message_file):
     message = new_message(2 * MiB, CARD_24GB, 1 * MiB, int(23.67 * GiB), int(23.21 * GiB), 150 * MiB)
     config = load_config([], ["init_from=gpt2-xl", "batch_size=1"])
@@ -214,7 +214,8 @@ def test_gpt2_xl_model_states_against_a_24gb_card(capsys, message_file):
     assert "it is 26.11 GiB: more than the card" in text
     assert "smaller batch cannot help" in text
 
-    # "24 GB" in decimal (FACTS 20's wording), as --gpu-memory: the model states alone exceed it
+    # "24 GB" in decimal (docs/en/multi-gpu.md#gpt2-xl's wording), as --gpu-memory: the model states
+    # alone exceed it
     path = message_file(message)
     rc, out, err = run_main(
         capsys,
@@ -469,7 +470,7 @@ def test_cli_as_a_subprocess(tmp_path):
         _one_line_error(err)
 
 
-# --- the other formats (FACTS 25, issue 10 item 6) ------------------------------------------------
+# --- the other formats (explain/formats.py, issue 10 item 6) --------------------------------------
 def cached_message(req, capacity, allocated, free, cached):
     """PyTorch 1.0-1.3: the last figure is "cached", reserved but unallocated."""
     return (
@@ -479,7 +480,7 @@ def cached_message(req, capacity, allocated, free, cached):
 
 
 def test_cached_is_reserved_but_unallocated():
-    """A 1.0-1.3 message: 5.90 GiB cached is PyTorch's, not other processes' (FACTS 25)."""
+    """A 1.0-1.3 message: 5.90 GiB cached is PyTorch's, not other processes' (THCCachingAllocator)."""
     capacity, allocated, free, cached = int(11.17 * GiB), 5 * GiB, 100 * MiB, int(5.9 * GiB)
     result = ex.explain(cached_message(2 * GiB, capacity, allocated, free, cached))
     figs = result.figures

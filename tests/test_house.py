@@ -4,11 +4,16 @@
   what it does.
 - Only ``memory/measure.py`` touches the GPU: no other module imports ``torch.cuda`` or calls
   anything under it, so every other path runs, and is tested, on a CPU-only machine.
+- Beyond src/, every tracked text file cites only what the repository's reader can follow: no fact
+  numbers of a notes file kept outside it, no paths into the shared folder beside the checkout
+  (issue 23; ``test_nothing_cites_outside_the_repository``).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -79,3 +84,105 @@ def test_only_measure_touches_the_gpu(path):
             f"src/oomguide/{_name(path)} uses torch.cuda ({'; '.join(uses)}): only memory/measure.py may; "
             "add what you need there and call it"
         )
+
+
+# --- citations that lead outside the repository (issue 23) ------------------------------------------
+ROOT = SRC.parents[1]
+NOTES = "FACT" + "S"  # the notes file's name, spelled in pieces so that this file passes its own check
+CITATION = re.compile(rf"\b{NOTES}(?:\.md)?\b")
+SHARED_PATH = re.compile(r"(?:\.\.|/work)/shared(?:/[\w.\-]*\w)*")  # no trailing full stop
+SHARED_NANOGPT = "/".join(("..", "shared", "nanoGPT"))  # the checkout CI runs examples/ against
+SHARED_NANOGPT_USES = {  # the files that implement or document that default, and only they
+    ".ci/run",
+    "CONTRIBUTING.md",
+    "examples/conftest.py",
+    "examples/test_multi_gpu.py",
+    "examples/test_nanogpt.py",
+}
+
+
+def outside_references(name: str, text: str) -> list[str]:
+    """Where `text` (the tracked file `name`) cites the notes file or points into the shared folder."""
+    found = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        found += [f"{name}:{lineno}: {m.group(0)!r} (fact numbers)" for m in CITATION.finditer(line)]
+        for m in SHARED_PATH.finditer(line):
+            if m.group(0) != SHARED_NANOGPT or name not in SHARED_NANOGPT_USES:
+                found.append(f"{name}:{lineno}: {m.group(0)!r} (a path outside the repository)")
+    return found
+
+
+def tracked_text_files() -> dict[str, str]:
+    """Every file ``git ls-files`` lists that reads as UTF-8 text, by its path in the repository."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        ).stdout.decode()
+    except (OSError, subprocess.CalledProcessError) as err:
+        pytest.skip(f"not a git checkout, nothing tracked to check ({err})")
+    texts = {}
+    for name in filter(None, listed.split("\0")):
+        path = ROOT / name
+        if not path.is_file():
+            continue  # deleted in the working tree, not yet in the index
+        data = path.read_bytes()
+        if b"\0" in data:
+            continue
+        try:
+            texts[name] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # binary (a pickled meta.pkl)
+    return texts
+
+
+def test_the_citation_finder_finds_what_leads_outside():
+    """The check can fail: fact numbers and shared paths are found; other words and the one use are not."""
+    notes_md = NOTES + ".md"
+    assert outside_references("src/x.py", f"# the peak ({NOTES} 17)")
+    assert outside_references("tests/t.py", f'"""See {notes_md} 3-5."""')
+    assert outside_references("README.md", "/".join(("", "work", "shared", notes_md)))
+    assert outside_references("examples/conftest.py", SHARED_NANOGPT + "/train.py")  # a file in it
+    assert not outside_references("CONTRIBUTING.md", f"`.ci/run` uses {SHARED_NANOGPT}.")
+    assert outside_references("src/oomguide/cli.py", f"default {SHARED_NANOGPT}")  # not a listed use
+    assert not outside_references("tests/test_browser.py", f"ARTI{NOTES} = ROOT / 'test-artifacts'")
+    assert not outside_references(".ci/run", f"if [ -d {SHARED_NANOGPT} ]; then")
+    assert not outside_references("docs/en/index.md", "nanoGPT's facts, shared by the languages")
+
+
+def test_nothing_cites_outside_the_repository():
+    """No tracked text file cites the notes file or points into the shared folder (issue 23).
+
+    The project once cited a notes file kept beside the checkout by its fact numbers (its name in
+    capitals, ``NOTES``, then "17" or ".md 3-5"), and files in the shared folder next to the
+    repository. Whoever carries the project on has neither. Cite what the fact stands for instead:
+    the upstream source (PyTorch's file and function, nanoGPT's file and function, an issue's
+    address) or the guide's page and section (docs/en/<page>.md#anchor).
+
+    Checked in every file ``git ls-files`` lists that reads as UTF-8 text, this one included (it
+    spells its patterns in pieces): ``CITATION``, the notes file's name as a word, with or without
+    ``.md`` (``ARTIFACTS`` is another word); ``SHARED_PATH``, a path into the shared folder, relative
+    (``..``) or under /work.
+
+    One use is allowed, narrowly: ``SHARED_NANOGPT``, the nanoGPT checkout that CI runs the examples
+    against. It is a directory the tests run, not a citation, so it passes as that exact path (a
+    file inside it does not) and only in ``SHARED_NANOGPT_USES``: ``.ci/run`` sets OOMGUIDE_NANOGPT
+    from it, examples/conftest.py, test_nanogpt.py and test_multi_gpu.py name it as the default or in
+    their skip message, and CONTRIBUTING.md documents it.
+    """
+    texts = tracked_text_files()
+    assert len(texts) > 100 and "tests/test_house.py" in texts, "git ls-files listed too little"
+    found = [hit for name, text in sorted(texts.items()) for hit in outside_references(name, text)]
+    assert not found, (
+        "cited from outside the repository; cite the upstream source (file and function, an issue's "
+        "address) or the guide's page (docs/en/<page>.md#anchor) instead:\n" + "\n".join(found)
+    )
+
+
+def test_every_allowed_use_of_the_shared_checkout_is_still_there():
+    """The allowance stays narrow: a file in SHARED_NANOGPT_USES that no longer names the checkout
+    leaves the list."""
+    texts = tracked_text_files()
+    unused = sorted(name for name in SHARED_NANOGPT_USES if SHARED_NANOGPT not in texts.get(name, ""))
+    assert not unused, (
+        f"{', '.join(unused)} no longer name(s) {SHARED_NANOGPT}: remove from SHARED_NANOGPT_USES"
+    )

@@ -1,4 +1,4 @@
-"""CUDA's kernels chosen explicitly (FACTS 22), the card table, and the CLI's --gpu / --alloc-conf."""
+"""CUDA's kernels chosen explicitly (memory.kernels), the card table, and the CLI's --gpu / --alloc-conf."""
 
 from __future__ import annotations
 

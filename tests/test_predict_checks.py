@@ -4,7 +4,8 @@
   ``CudaAutocast``;
 - the tracker's peak on real CPU tensors against the CPU allocator's own record (profiler memory events);
 - the torch.compile model (``memory.compiled``) against Inductor compiling a small GPT on the CPU;
-- ``vocab_size`` from ``data/<dataset>/meta.pkl``, ``init_from`` and ``eval_only`` (FACTS 24), the
+- ``vocab_size`` from ``data/<dataset>/meta.pkl``, ``init_from`` and ``eval_only`` (as train.py reads
+  them), the
   two evaluation phases of ``oomguide check``.
 """
 
@@ -107,7 +108,7 @@ def test_cuda_autocast_casts_the_new_ops():
 
 
 def test_cross_entropy_3d_and_label_smoothing_keep_the_float32_copy():
-    """CUDA's cross_entropy path (FACTS 12) also for (N, C, d) input and label smoothing."""
+    """CUDA's cross_entropy path (LossNLL.cpp) also for (N, C, d) input and label smoothing."""
     x = torch.randn(2, 8, 3, dtype=torch.bfloat16)
     y = torch.randint(0, 8, (2, 3))
     seen = []
@@ -243,10 +244,11 @@ def test_compiled_model_against_inductor_on_the_cpu():
 
 
 def test_compiled_source_article_run_fails_at_the_second_batch(tmp_path):
-    """FACTS 23: compiled, the first estimate_loss of the article fails at the second batch's logits
-    with 6.77 GiB allocated (the article's message: 6.78 GiB); eager, at the first batch's log_softmax
-    with 7.22 GiB: eager nanoGPT's GPT.forward keeps tok_emb (64 x 1024 x 768 float32, 192 MiB) and
-    pos_emb referenced until it returns, a compiled graph frees them after the add."""
+    """docs/en/estimate-loss-oom.md#problem-analysis: compiled, the first estimate_loss of the article
+    fails at the second batch's logits with 6.77 GiB allocated (the article's message: 6.78 GiB);
+    eager, at the first batch's log_softmax with 7.22 GiB: eager nanoGPT's GPT.forward keeps tok_emb
+    (64 x 1024 x 768 float32, 192 MiB) and pos_emb referenced until it returns, a compiled graph frees
+    them after the add."""
     config = load_config([], ["batch_size=64", "gradient_accumulation_steps=1"])
     card = memory.DEFAULT_GPU_MEMORY
     comp = memory.predict(config, "estimate_loss", card, state="first", compiled=True)

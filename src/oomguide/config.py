@@ -1,7 +1,7 @@
 """nanoGPT config files and ``--key=value`` overrides, read without executing them.
 
 nanoGPT's ``configurator.py`` executes a config file and then applies ``--key=value``
-arguments on top of train.py's globals. Here the file is parsed instead (FACTS 8):
+arguments on top of train.py's globals (``exec(open(config_file).read())``). Here it is parsed instead:
 literal assignments and simple arithmetic (``5 * 8``, ``6e-4 / 10``, ``'a' + 'b'``,
 names assigned earlier) are read; anything else (an ``import``, a call) is skipped with a
 warning naming the line, unless it assigns a key that matters for memory: that is an error.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .model import PRETRAINED_SHAPES, GPTConfig, pretrained_config
 
-# Every global of nanoGPT's train.py, with its default (FACTS 7). dtype's default depends on
+# Every global of nanoGPT's train.py, with its default (assigned at its top). dtype's default depends on
 # the GPU in train.py ('bfloat16' if supported else 'float16'); oomguide assumes a card that
 # supports bfloat16 (RTX 30xx and newer), which is what the guide's readers have.
 NANOGPT_DEFAULTS: dict[str, object] = {
@@ -57,7 +57,7 @@ NANOGPT_DEFAULTS: dict[str, object] = {
     "compile": True,
 }
 
-# Keys the guide's code changes add to nanoGPT (not in nanoGPT itself; see FACTS 2, 4).
+# Keys the guide's code changes add to nanoGPT (not in nanoGPT; docs/en/eval-oom-12gb.md#quick-fixes).
 # vocab_size stands for what train.py reads from the dataset's meta.pkl (default 50304).
 EXTENSION_DEFAULTS: dict[str, object] = {
     "eval_batch_size": None,  # None: estimate_loss uses batch_size, as nanoGPT does
@@ -383,7 +383,8 @@ def _read_checkpoint_args(path: Path) -> dict:
 
 
 def resolve_model_args(config: TrainConfig, paths=(), explicit=(), cwd: str | Path | None = None) -> None:
-    """Find the vocab (and for ``resume`` the shape) the way train.py does, in place (FACTS 24).
+    """Find the vocab (and for ``resume`` the shape) the way train.py does, in place (its
+    ``meta_vocab_size`` and ``init_from`` branches).
 
     ``gpt2*``: GPT-2's vocab 50257. ``resume``: ``out_dir/ckpt.pt``'s ``model_args`` (n_layer, n_head,
     n_embd, block_size, bias, vocab_size), when the checkpoint is found. ``scratch``: ``vocab_size``

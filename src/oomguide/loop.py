@@ -4,9 +4,9 @@
 the autocast context with the loss divided by ``gradient_accumulation_steps``, the next batch
 fetched during the forward, GradScaler (float16 only), gradient clipping, AdamW, and
 ``zero_grad(set_to_none=True)``. Like train.py, the ``logits`` of the last micro-step stay
-referenced until the next forward returns (FACTS 11): the state keeps them.
+referenced until the next forward returns (docs/en/beyond.md#drop-stale-logits): the state keeps them.
 
-``estimate_loss`` is train.py's (FACTS 1-2): ``@torch.no_grad()``, ``model.eval()``, ``eval_iters``
+``estimate_loss`` is train.py's ``estimate_loss()``: ``@torch.no_grad()``, ``model.eval()``, ``eval_iters``
 batches of the training ``batch_size``, each loss kept as a CPU scalar. ``estimate_loss_batched``
 is the guide's change that evaluates each batch in chunks of ``eval_batch_size``.
 """
@@ -92,7 +92,8 @@ def make_optimizer(model, config, device_type: str):
 
 
 def make_scaler(dtype: str, device_type: str = "cuda"):
-    """The current spelling of train.py's scaler (FACTS 6): no FutureWarning; only float16 enables it."""
+    """The current spelling of train.py's scaler (https://github.com/karpathy/nanoGPT/issues/635):
+    no FutureWarning; only float16 enables it."""
     return torch.amp.GradScaler(device_type, enabled=(dtype == "float16" and device_type == "cuda"))
 
 
@@ -113,7 +114,7 @@ class TrainState:
     ctx: object
     X: torch.Tensor | None = None
     Y: torch.Tensor | None = None
-    logits: torch.Tensor | None = None  # FACTS 11: alive while the next forward (or estimate_loss) runs
+    logits: torch.Tensor | None = None  # as train.py's: alive while the next forward (or estimate_loss) runs
     clip_parameters: object = None  # what clip_grad_norm_ sees, if not model.parameters() (a function)
 
 

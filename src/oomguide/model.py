@@ -1,7 +1,8 @@
 """A GPT with nanoGPT's config names and behaviour, written for oomguide.
 
 Read it top to bottom: LayerNorm, CausalSelfAttention, MLP, Block, GPTConfig, GPT.
-The semantics that matter for memory follow nanoGPT (see FACTS.md 3-5, 9-10):
+The semantics that matter for memory follow nanoGPT's model.py (``GPT.forward``,
+``CausalSelfAttention.forward``, ``GPT.from_pretrained``):
 
 - ``forward(idx, targets)`` returns full-sequence logits (B, T, V) when targets are given
   and last-position logits (B, 1, V) otherwise;
@@ -114,7 +115,7 @@ class GPTConfig:
         return tuple(f.name for f in fields(cls))
 
 
-# init_from='gpt2*' shapes (FACTS 9). No weights are downloaded: these are shapes only.
+# init_from='gpt2*' shapes (nanoGPT's GPT.from_pretrained). No weights are downloaded: these are shapes only.
 PRETRAINED_SHAPES = {
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768),  # 124M
     "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024),  # 350M

@@ -10,11 +10,12 @@ The formats, newest first (``FORMATS``; each parser names the PyTorch versions t
 - ``2.1+``: ``Tried to allocate X. GPU 0 has a total capacity of T of which F is free. [Process N
   has M memory in use.] Including non-PyTorch memory, this process has P memory in use. Of the
   allocated memory A is allocated by PyTorch, and U is reserved by PyTorch but unallocated.``
-  (PyTorch 2.1 and later; some versions spell "capacty"; FACTS 21).
+  (PyTorch 2.1 and later; some versions spell "capacty"; c10/cuda/CUDACachingAllocator.cpp).
 - ``pre-2.1``: ``Tried to allocate X (GPU 0; T total capacity; A already allocated; F free;
   R reserved in total by PyTorch)``, R = A + U (PyTorch 1.4 to 2.0).
 - ``1.0-1.3``: ``Tried to allocate X (GPU 0; T total capacity; A already allocated; F free;
-  C cached)``: C is reserved but unallocated, not reserved in total (PyTorch 1.0 to 1.3, FACTS 25).
+  C cached)``: C is reserved but unallocated, not reserved in total (PyTorch 1.0 to 1.3; its
+  CUDACachingAllocator.cpp's ``THCCachingAllocator::malloc`` prints amount_cached - amount_allocated).
 - ``cudaMallocAsync``: ``Allocation on device 0 would exceed allowed memory. (out of memory)
   Currently allocated : A Requested : X Device limit : T Free (according to CUDA): F PyTorch limit
   (set by user-supplied memory fraction) : L`` (PyTorch 2.0 and later, with
@@ -220,7 +221,7 @@ def _missing(req_text: str, what: str) -> ExplainError:
 
 
 def parse_2_1(window: str, req: int, take: _Reader) -> OOMFigures | None:
-    """PyTorch 2.1 and later (FACTS 21)."""
+    """PyTorch 2.1 and later (c10/cuda/CUDACachingAllocator.cpp, ``DeviceCachingAllocator::malloc``)."""
     new = _NEW_CAPACITY.search(window)
     if not new:
         return None
@@ -278,7 +279,7 @@ def _parse_group(window: str, req: int, take: _Reader, cached: bool) -> OOMFigur
     free = take("free", items["free"])
     allocated = take("allocated", items["already allocated"])
     allowed = take("allowed", items["allowed"]) if "allowed" in items else None
-    if cached:  # "cached" is reserved but unallocated (FACTS 25)
+    if cached:  # "cached" is reserved but unallocated: amount_cached - amount_allocated in PyTorch 1.x
         unallocated = take("reserved_unallocated", items["cached"])
         reserved = allocated + unallocated
     else:
@@ -304,7 +305,7 @@ def parse_1_4(window: str, req: int, take: _Reader) -> OOMFigures | None:
 
 
 def parse_1_0(window: str, req: int, take: _Reader) -> OOMFigures | None:
-    """PyTorch 1.0 to 1.3: "... F free; C cached)", C reserved but unallocated (FACTS 25)."""
+    """PyTorch 1.0 to 1.3: "... F free; C cached)", C reserved but unallocated (THCCachingAllocator)."""
     return _parse_group(window, req, take, cached=True)
 
 

@@ -1,6 +1,6 @@
 """How much GPU memory a phase of nanoGPT's training takes: measured on CUDA, predicted anywhere.
 
-Prediction (no GPU needed): the real model code runs on fake tensors (FACTS 17), which carry shapes
+Prediction (no GPU needed): the real model code runs on fake tensors (``FakeTensorMode``), which carry shapes
 and dtypes but no data; a dispatch mode sees every storage the ops create and when it dies, so it
 knows the live bytes after every allocation, the peak, the largest allocation and the first one that
 would not fit a budget. A CPU-only PyTorch cannot run fake *CUDA* tensors, so the prediction runs on

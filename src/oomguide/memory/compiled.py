@@ -1,4 +1,5 @@
-"""What ``torch.compile`` changes in the memory of nanoGPT's forward and backward (FACTS 23).
+"""What ``torch.compile`` changes in the memory of nanoGPT's forward and backward
+(docs/en/estimate-loss-oom.md#problem-analysis).
 
 Method: a rule-based model, applied on the same fake-tensor run as the eager prediction. Compiling
 the model with Inductor for every prediction would take minutes on a CPU and its CPU lowering is not
@@ -7,7 +8,7 @@ replaces ``CudaAutocast``, exactly the allocations that Inductor's generated cod
 
 1. **The loss is fused.** ``F.cross_entropy`` becomes one reduction over the logits: the forward
    writes a float32 log-sum-exp per row and the scalar loss, never the (N, V) log-probabilities nor
-   CUDA autocast's float32 copy of them (FACTS 12); what it keeps for backward is the logits (an
+   CUDA autocast's float32 copy of them (``cuda_model``); what it keeps for backward is the logits (an
    output of the graph anyway) and that log-sum-exp. The backward writes one (N, V) gradient in the
    logits' dtype (softmax minus the one-hot target, computed from the logits and the log-sum-exp in
    one kernel), which the ``lm_head`` matmul backward then reads.

@@ -1,4 +1,5 @@
-"""What CUDA does differently from the fake-CPU run, in one place (FACTS 12, 17, 19).
+"""What CUDA does differently from the fake-CPU run, in one place (docs/en/verify.md#cpu-path; sources:
+c10/cuda/CUDACachingAllocator.cpp, ATen/autocast_mode.h, aten/src/ATen/native/LossNLL.cpp).
 
 - the caching allocator's arithmetic: 512-byte blocks, the segment an OOM message names;
 - CUDA autocast's op lists (``CudaAutocast``), its weight-cast cache and CUDA's cross_entropy path;
@@ -114,7 +115,7 @@ class CudaAutocast(TorchFunctionMode):
 
     Casts the floating-point arguments of CUDA autocast's lower-precision ops to `dtype` and of its
     float32 ops to float32, caches the low-precision copies of leaf weights for the duration of the
-    context (as autocast does), and runs ``F.cross_entropy`` the way CUDA does (FACTS 12).
+    context (as autocast does), and runs ``F.cross_entropy`` the way CUDA does (LossNLL.cpp).
     """
 
     def __init__(self, dtype: torch.dtype):

@@ -1,4 +1,4 @@
-"""Several GPUs: the per-rank memory of nanoGPT under DDP and under FSDP2 (FACTS 7, 26).
+"""Several GPUs: the per-rank memory of nanoGPT under DDP and under FSDP2 (docs/en/multi-gpu.md).
 
 Every rank runs the same code on its own batch, so one rank's peak is the answer.
 

@@ -1,4 +1,5 @@
-"""The kernels CUDA runs, chosen explicitly for a prediction on fake CPU tensors (FACTS 22).
+"""The kernels CUDA runs, chosen explicitly for a prediction on fake CPU tensors (PyTorch's
+aten/src/ATen/native/transformers/sdp_utils_cpp.cpp: the CPU's flash attention refuses dropout).
 
 On the CPU, ``F.scaled_dot_product_attention`` with dropout takes the math path (the full
 (B, nh, T, T) matrix) and ``F.dropout`` keeps a mask in the input's dtype. On CUDA:

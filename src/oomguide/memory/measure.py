@@ -1,7 +1,8 @@
 """Measure a phase on a real CUDA GPU: the only module of oomguide that calls torch.cuda.
 
 ``measure`` runs the same phase as ``predict`` on the GPU, capped to a budget with
-``torch.cuda.set_per_process_memory_fraction`` (FACTS 15). Nothing else in oomguide may touch CUDA.
+``torch.cuda.set_per_process_memory_fraction`` (docs/en/verify.md#gpu-memory). Nothing else in oomguide
+may touch CUDA.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def non_pytorch_bytes() -> int:
 
 
 def limit_cuda_memory(gpu_memory: int, context_bytes: int = CONTEXT_BYTES) -> float:
-    """Cap this process's caching allocator to a smaller card's usable memory (FACTS 15). Returns the
+    """Cap this process's caching allocator to a smaller card's usable memory
+    (docs/en/verify.md#gpu-memory). Returns the
     fraction. A card smaller than asked is ``CardTooSmall``; a budget under the context a ValueError."""
     usable = usable_bytes(gpu_memory, context_bytes)
     if usable <= 0:
@@ -169,7 +171,8 @@ def measure(
 
 
 def empty_cache_effect(live_bytes: int = 256 * MiB, freed_bytes: int = 512 * MiB) -> dict[str, int]:
-    """What ``torch.cuda.empty_cache()`` gives back (FACTS 13), on the GPU: keep `live_bytes` in a tensor,
+    """What ``torch.cuda.empty_cache()`` gives back (docs/en/estimate-loss-oom.md#empty-cache), on the GPU:
+    keep `live_bytes` in a tensor,
     free `freed_bytes`, and read allocated/reserved before and after ``empty_cache()``."""
     if not cuda_available():
         raise RuntimeError("empty_cache_effect() needs a CUDA GPU")

@@ -1,6 +1,7 @@
 """Predict the CUDA memory of a phase of nanoGPT's training on fake tensors, and search batch sizes.
 
-The real model code runs on fake CPU tensors (FACTS 17) under the CUDA model (``cuda_model``), watched by
+The real model code runs on fake CPU tensors (``FakeTensorMode``, docs/en/verify.md#cpu-path) under the
+CUDA model (``cuda_model``), watched by
 the ``AllocationTracker``. Never imports torch.cuda and never needs a GPU.
 """
 
@@ -39,14 +40,15 @@ CHECKS = {
 
 def checks_run(config: TrainConfig) -> list[str]:
     """The CHECKS train.py goes through for `config`: an ``eval_only`` run stops after the first
-    estimate_loss() (at iteration 0; a resumed run starts later, so it trains on, FACTS 24)."""
+    estimate_loss() (train.py's ``if iter_num == 0 and eval_only: break``; a resumed run starts later,
+    so it trains on)."""
     if config.eval_only and config.init_from != "resume":
         return ["estimate_loss_first"]
     return list(CHECKS)
 
 
 class _CudaScaler(torch.amp.GradScaler):
-    """train.py's GradScaler as CUDA builds it: enabled for float16 only (FACTS 6).
+    """train.py's GradScaler as CUDA builds it: ``enabled=(dtype == 'float16')``.
 
     ``GradScaler('cuda')`` disables itself on a CPU-only build, so the same algorithm runs as the CPU
     scaler; on fake tensors its inf check has no value, and the optimizer step is taken.
@@ -140,7 +142,7 @@ def _run_phase(
         tracker.register([t for s in optimizer.state.values() for t in s.values()], "optimizer_state")
     train_state = loop.TrainState(model, optimizer, _CudaScaler(config.dtype), ctx)
     if state == "training" and stale_logits:
-        # FACTS 11: the last micro-step's logits are still referenced
+        # the last micro-step's logits are still referenced (docs/en/beyond.md#drop-stale-logits)
         if probe_logits:
             # a reader's model: what its forward really returns in training (a chunked loss may
             # return None), computed without a graph, as the tensor train.py's `logits` holds
@@ -231,7 +233,8 @@ def predict(
     ``estimate_loss``; one is enough for its peak, since the val split's first forward already runs
     with the train split's last logits alive (the loop variable), as every later batch does.
     `stale_logits=False` (state "training"): no (B, T, V) logits left over from the last training
-    micro-step (FACTS 11), as after train.py drops them, or with a model that returns no such logits.
+    micro-step, as after train.py drops them (docs/en/beyond.md#drop-stale-logits), or with a model that
+    returns no such logits.
     `peak_only=True` (the batch-size search): the peak and whether it fits are exact, the failing
     allocation may not be the first one (the train step runs only its second micro-step).
     `compiled=True`: the model as ``torch.compile`` runs it (``compiled``: fused loss, fused casts);

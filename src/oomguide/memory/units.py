@@ -10,7 +10,8 @@ import re
 GiB = 1024**3
 MiB = 1024**2
 DEFAULT_GPU_MEMORY = int(11.69 * GiB)  # what PyTorch reports as total capacity of a 12 GB card
-# The CUDA context and libraries live outside PyTorch's allocator (FACTS 15: "a few hundred MiB").
+# The CUDA context and libraries live outside PyTorch's allocator ("a few hundred MiB";
+# https://github.com/pytorch/pytorch/issues/58466, docs/en/verify.md#gpu-memory).
 # The 224.90 MiB of the message that article A analyses is not that: it is memory PyTorch reserved
 # but had not allocated. That message's non-PyTorch share of the process is 7.04 GiB in use - 6.78 GiB
 # allocated - 224.90 MiB reserved-but-unallocated = about 41 MiB (give or take 10 MiB for the
