@@ -14,10 +14,12 @@ import subprocess
 import sys
 import time
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from conftest import check_says
 from oomguide import loop, memory
 from oomguide.model import GPT, GPTConfig
 
@@ -149,11 +151,15 @@ def test_fix_batch_size(snippet, figure, runner, report):
     assert config.tokens_per_iter == before.tokens_per_iter
     figure("tokens_per_step", config.tokens_per_iter, "int")
     figure("logits_bytes_fix", config.batch_size * config.block_size * config.vocab_size * 2, "gib")
+    # the page's figures are what `oomguide check` says for this config: compiled, as it keeps compile = True
+    checked = check_says(SITUATION, "estimate-loss-oom/batch-size.py")
+    assert checked["compiled"] is True
     for phase in memory.PHASES:
         result = runner.phase(config, phase, label=f"fix batch_size=4 ({phase})")
         assert result.fits
-        predicted = memory.predict(config, phase, memory.DEFAULT_GPU_MEMORY)
-        figure(f"fix_batch_peak_{phase}", predicted.peak_bytes, "gib")
+        entry = checked["phases"][phase]  # train_step, and the later estimate_loss (AdamW state alive)
+        assert entry["fits"]
+        figure(f"fix_batch_peak_{phase}", entry["peak_bytes"], "gib")
     # the gradients of 16 micro-batches of 4 equal those of one batch of 64 (float64, small model)
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=128)).double()
@@ -195,11 +201,12 @@ def test_fix_block_size(snippet, figure, report):
     assert 2 * tokens == before.batch_size * before.block_size
     figure("tokens_per_iter_block", tokens, "int")
     figure("logits_bytes_block", tokens * config.vocab_size * 2, "gib")
-    card, compiled = memory.DEFAULT_GPU_MEMORY, config.compile  # the article's run is compiled
-    result = memory.predict(config, "estimate_loss", card, state="first", compiled=compiled)
+    checked = check_says(SITUATION, "estimate-loss-oom/block-size.py")  # compiled, as the article's run
+    assert checked["compiled"] is True
+    result = SimpleNamespace(**checked["phases"]["estimate_loss_first"])
     figure("block_first_eval_peak", result.peak_bytes, "gib")
     assert result.fits  # the first evaluation now passes ...
-    train = memory.predict(config, "train_step", card, compiled=compiled)
+    train = SimpleNamespace(**checked["phases"]["train_step"])
     figure("block_train_peak", train.peak_bytes, "gib")
     # ... but alone it is not enough at batch 64: the first training step does not fit
     assert train.fits is False
@@ -410,10 +417,11 @@ def test_fix_cpu_fallback(snippet, figure, report):
 def test_expected_result(snippet, figure, runner):
     """The expected result: batch_size=4, gradient_accumulation_steps=16, compile=False fit 11.69 GiB."""
     config = snippet.config(SITUATION, "estimate-loss-oom/expected.py")
+    expected = check_says(SITUATION, "estimate-loss-oom/expected.py")
     for phase in memory.PHASES:
         result = runner.phase(config, phase, label=f"expected result ({phase})")
         assert result.fits, f"{phase}: {memory.fmt_bytes(result.peak_bytes)}"
-        predicted = memory.predict(config, phase, memory.DEFAULT_GPU_MEMORY)
+        predicted = SimpleNamespace(**expected["phases"][phase])  # what `oomguide check` says
         figure(f"expected_peak_{phase}", predicted.peak_bytes, "gib")
         figure(
             f"expected_max_batch_{phase}",
