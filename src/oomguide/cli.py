@@ -10,11 +10,13 @@ import argparse
 import functools
 import json
 import os
+import re
 import sys
 import warnings
 
 from . import memory, versions
 from .config import ConfigError, load_config
+from .memory import gpus
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -27,12 +29,28 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: one line, exit 2
         self.exit(EXIT_BAD_INPUT, f"oomguide: error: {message}\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        # argparse reads "-3GiB" as an option, so "--gpu-memory -3GiB" would end in "expected one
+        # argument": an option that takes one value gets a dash-and-digit word as that value
+        # (as --gpu-memory=-3GiB), and its type then says what is wrong with it
+        args = list(sys.argv[1:] if args is None else args)
+        for i in range(len(args) - 2, -1, -1):
+            action = self._option_string_actions.get(args[i])
+            if action is not None and action.nargs is None and re.match(r"-\.?[0-9]", args[i + 1]):
+                args[i : i + 2] = [f"{args[i]}={args[i + 1]}"]
+        return super().parse_known_args(args, namespace)
 
-def _size(text: str) -> int:
-    try:
-        return memory.parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+
+def _card_option(read):
+    """An argparse type from a library reader (a ValueError is argparse's one-line error)."""
+
+    def convert(text: str):
+        try:
+            return read(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--model", metavar="PATH", help="a nanoGPT model.py to use instead of oomguide's GPT")
     check.add_argument(
         "--gpu-memory",
-        type=_size,
+        type=_card_option(gpus.card_memory),
         default=memory.DEFAULT_GPU_MEMORY,
         metavar="SIZE",
         help="the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
@@ -70,8 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--gpu",
         metavar="NAME",
-        help='the card by name ("RTX 4070", T4, A100-40GB, ...): its memory and compute capability, '
-        "which picks CUDA's attention kernel; overrides --gpu-memory",
+        help='the card by name ("RTX 4070", "RTX 4060 Ti 8GB", T4, A100-40GB, ...): its memory and compute '
+        "capability, which picks CUDA's attention kernel; overrides --gpu-memory",
+    )
+    check.add_argument(
+        "--capability",
+        type=_card_option(gpus.parse_capability),
+        metavar="X.Y",
+        help="the compute capability of a card given by --gpu-memory, e.g. 7.5 for a T4 or 6.0 for a P100 "
+        "(it picks CUDA's attention kernel; default: 8.6 assumed, as the output says)",
     )
     check.add_argument(
         "--alloc-conf",
@@ -161,6 +186,7 @@ def run_check(args) -> int:
         "context_bytes": memory.CONTEXT_BYTES,
         "gpu": card.gpu.name,
         "compute_capability": ".".join(map(str, card.gpu.capability)),
+        "compute_capability_assumed": card.gpu.capability_assumed,
         "alloc_conf": card.alloc_conf.describe(),
         "mode": "predicted",
         **versions.describe(),  # the PyTorch whose code the prediction ran
@@ -224,12 +250,12 @@ def _options(name: str, out: dict) -> dict:
 
 
 def _card(args):
-    """The card (--gpu, or --gpu-memory with an Ampere-or-newer capability) and the allocator setting."""
+    """The card (--gpu, or --gpu-memory with --capability or an assumed 8.6) and the allocator setting."""
     from types import SimpleNamespace
 
-    from .memory import allocator, gpus
+    from .memory import allocator
 
-    gpu = gpus.find_gpu(args.gpu) if args.gpu else gpus.default_gpu(args.gpu_memory)
+    gpu = gpus.resolve_card(args.gpu, args.gpu_memory, args.capability)
     if args.alloc_conf is not None:
         conf = allocator.parse_alloc_conf(args.alloc_conf, "--alloc-conf")
     else:
@@ -254,8 +280,9 @@ def _parallel(args):
 def _print_check(out: dict, config) -> None:
     fmt = memory.fmt_bytes
     print(
-        f"card: {out['gpu']}, compute capability {out['compute_capability']}: "
-        f"{fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
+        f"card: {out['gpu']}, compute capability {out['compute_capability']}"
+        + (" (assumed: --capability or --gpu sets it)" if out["compute_capability_assumed"] else "")
+        + f": {fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
         f"({fmt(out['context_bytes'])} set aside for the CUDA context)"
         + (" per GPU" if out.get("world_size", 1) > 1 else "")
     )

@@ -15,7 +15,6 @@ import sys
 import warnings
 from pathlib import Path
 
-from .. import memory
 from ..config import load_config
 from ..i18n import LANGS
 from .diagnosis import explain
@@ -24,10 +23,13 @@ from .render import render
 
 
 def _size_arg(text: str) -> int:
+    """--gpu-memory: a card's size, as check reads it (``memory.gpus.card_memory``)."""
     import argparse
 
+    from ..memory.gpus import card_memory
+
     try:
-        return memory.parse_size(text)
+        return card_memory(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
