@@ -19,7 +19,8 @@ from oomguide.memory import gpus
 from oomguide.memory.units import CONTEXT_BYTES, GiB, MiB
 
 SMALL = ["n_layer=2", "n_head=4", "n_embd=128", "block_size=256", "vocab_size=512", "batch_size=4"]
-CHECK = ["check", *(f"--set={s}" for s in SMALL), "--set=dtype=bfloat16", "--no-search", "--phase", "train_step"]
+CHECK = ["check", *(f"--set={s}" for s in SMALL), "--set=dtype=bfloat16", "--no-search"]
+CHECK += ["--phase", "train_step"]
 ROWS = json.loads(gpus.TABLE.read_text(encoding="utf-8"))["cards"]
 
 
