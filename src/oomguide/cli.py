@@ -30,9 +30,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"oomguide: error: {message}\n")
 
     def parse_known_args(self, args=None, namespace=None):
-        # argparse reads "-3GiB" as an option, so "--gpu-memory -3GiB" would end in "expected one
-        # argument": an option that takes one value gets a dash-and-digit word as that value
-        # (as --gpu-memory=-3GiB), and its type then says what is wrong with it
+        # argparse reads "-3GiB" as an option (its _negative_number_matcher takes only "-3" or
+        # "-.5", in ArgumentParser._parse_optional), so "--gpu-memory -3GiB" would end in "expected
+        # one argument": an option that takes one value gets a dash-and-digit word as that value
+        # (as --gpu-memory=-3GiB), and its type then says what is wrong with it. Subcommands pass
+        # through here too (_SubParsersAction.__call__ calls subparser.parse_known_args).
         args = list(sys.argv[1:] if args is None else args)
         for i in range(len(args) - 2, -1, -1):
             action = self._option_string_actions.get(args[i])
