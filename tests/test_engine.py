@@ -394,7 +394,7 @@ def test_check_a_users_own_nanogpt_model(tmp_path, capsys):
         (["check", "--gpu-memory", "12XB"], "unknown size unit"),
         (["check", "--model", "{model}"], "no GPT class"),
         (["check", "{syntax}"], "syntax error"),
-        (["check", "{unreadable}"], "cannot read config file"),
+        (["check", "{unreadable}"], "is not a text config file"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from . import memory, verdict, versions
 from .config import ConfigError
+from .memory import gpus
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -25,12 +27,30 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: one line, exit 2
         self.exit(EXIT_BAD_INPUT, f"oomguide: error: {message}\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        # argparse reads "-3GiB" as an option (its _negative_number_matcher takes only "-3" or
+        # "-.5", in ArgumentParser._parse_optional), so "--gpu-memory -3GiB" would end in "expected
+        # one argument": an option that takes one value gets a dash-and-digit word as that value
+        # (as --gpu-memory=-3GiB), and its type then says what is wrong with it. Subcommands pass
+        # through here too (_SubParsersAction.__call__ calls subparser.parse_known_args).
+        args = list(sys.argv[1:] if args is None else args)
+        for i in range(len(args) - 2, -1, -1):
+            action = self._option_string_actions.get(args[i])
+            if action is not None and action.nargs is None and re.match(r"-\.?[0-9]", args[i + 1]):
+                args[i : i + 2] = [f"{args[i]}={args[i + 1]}"]
+        return super().parse_known_args(args, namespace)
 
-def _size(text: str) -> int:
-    try:
-        return memory.parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+
+def _card_option(read):
+    """An argparse type from a library reader (a ValueError is argparse's one-line error)."""
+
+    def convert(text: str):
+        try:
+            return read(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--model", metavar="PATH", help="a nanoGPT model.py to run instead of the checkout's")
     check.add_argument(
         "--gpu-memory",
-        type=_size,
+        type=_card_option(gpus.card_memory),
         default=memory.DEFAULT_GPU_MEMORY,
         metavar="SIZE",
         help="the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
@@ -74,8 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--gpu",
         metavar="NAME",
-        help='the card by name ("RTX 4070", T4, A100-40GB, ...): its memory and compute capability, '
-        "which picks CUDA's attention kernel; overrides --gpu-memory",
+        help='the card by name ("RTX 4070", "RTX 4060 Ti 8GB", T4, A100-40GB, ...): its memory and compute '
+        "capability, which picks CUDA's attention kernel; overrides --gpu-memory",
+    )
+    check.add_argument(
+        "--capability",
+        type=_card_option(gpus.parse_capability),
+        metavar="X.Y",
+        help="the compute capability of a card given by --gpu-memory, e.g. 7.5 for a T4 or 6.0 for a P100 "
+        "(it picks CUDA's attention kernel; default: 8.6 assumed, as the output says)",
     )
     check.add_argument(
         "--alloc-conf",
@@ -145,6 +172,7 @@ def request_of(args) -> verdict.Request:
         model=args.model,
         gpu=args.gpu,
         gpu_memory=args.gpu_memory,
+        capability=args.capability,
         alloc_conf=args.alloc_conf,
         nproc_per_node=args.nproc_per_node,
         strategy=args.strategy,
@@ -172,8 +200,9 @@ def run_check(args) -> int:
 def _print_check(out: dict, config) -> None:
     fmt = memory.fmt_bytes
     print(
-        f"card: {out['gpu']}, compute capability {out['compute_capability']}: "
-        f"{fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
+        f"card: {out['gpu']}, compute capability {out['compute_capability']}"
+        + (" (assumed: --capability or --gpu sets it)" if out["compute_capability_assumed"] else "")
+        + f": {fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
         f"({fmt(out['context_bytes'])} set aside for the CUDA context)"
         + (" per GPU" if out.get("world_size", 1) > 1 else "")
     )

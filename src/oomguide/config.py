@@ -266,8 +266,18 @@ def read_config_file(path: str | Path, values: dict) -> list[str]:
         raise ConfigError(f"config file not found: {path}") from None
     except IsADirectoryError:
         raise ConfigError(f"config path is a directory, not a file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.__class__.__name__}: {exc}") from None
+    except UnicodeDecodeError as exc:  # a checkpoint, meta.pkl, a binary given by mistake
+        raise ConfigError(
+            f"{path} is not a text config file (byte 0x{exc.object[exc.start]:02x} at offset {exc.start} "
+            "is not UTF-8): give a nanoGPT config, a .py file of assignments like config/train_gpt2.py"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    if "\x00" in text:  # valid UTF-8 but binary: Python source cannot hold a NUL byte
+        raise ConfigError(
+            f"{path} is not a text config file (it holds NUL bytes): give a nanoGPT config, "
+            "a .py file of assignments like config/train_gpt2.py"
+        )
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as exc:

@@ -38,6 +38,7 @@ class Request:
     model: str | None = None  # a model.py to run instead of the checkout's
     gpu: str | None = None
     gpu_memory: int = memory.DEFAULT_GPU_MEMORY
+    capability: str | None = None  # "X.Y"; None: the card's, or assumed (said in the output)
     alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF's syntax; None: the environment's
     nproc_per_node: int = 1
     strategy: str | None = None
@@ -187,12 +188,12 @@ def prepare(request: Request) -> Run:
 
 
 def _card(request: Request):
-    """The card (--gpu, or --gpu-memory with an Ampere-or-newer capability) and the allocator setting."""
+    """The card (--gpu, or --gpu-memory with --capability or an assumed 8.6) and the allocator setting."""
     from types import SimpleNamespace
 
     from .memory import allocator, gpus
 
-    gpu = gpus.find_gpu(request.gpu) if request.gpu else gpus.default_gpu(request.gpu_memory)
+    gpu = gpus.resolve_card(request.gpu, request.gpu_memory, request.capability)
     if request.alloc_conf is not None:
         conf = allocator.parse_alloc_conf(request.alloc_conf, "--alloc-conf")
     else:
@@ -231,6 +232,7 @@ def verdict(request: Request | Run, progress=None, prefetch: bool = False) -> di
         "context_bytes": memory.CONTEXT_BYTES,
         "gpu": card.gpu.name,
         "compute_capability": ".".join(map(str, card.gpu.capability)),
+        "compute_capability_assumed": card.gpu.capability_assumed,
         "alloc_conf": card.alloc_conf.describe(),
         "mode": "predicted",
         **versions.describe(),  # the PyTorch whose code the prediction ran

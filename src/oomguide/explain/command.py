@@ -14,7 +14,6 @@ import json
 import sys
 from pathlib import Path
 
-from .. import memory
 from ..i18n import LANGS
 from .diagnosis import explain
 from .formats import ExplainError
@@ -22,10 +21,13 @@ from .render import render
 
 
 def _size_arg(text: str) -> int:
+    """--gpu-memory: a card's size, as check reads it (``memory.gpus.card_memory``)."""
     import argparse
 
+    from ..memory.gpus import card_memory
+
     try:
-        return memory.parse_size(text)
+        return card_memory(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
