@@ -537,3 +537,23 @@ def test_article_text_leaves_code_out():
     page = "<html><body><nav>x : y</nav><article><p>Le <code>a : b</code> texte\u00a0:</p><pre>c ; d</pre></article></body></html>"
     assert article_text(page) == "Le  texte\u00a0:"
     assert check_typography_text(article_text(page), "fr") == []
+
+
+def test_chinese_placement_lines_read_as_chinese():
+    """A snippet placed at a line with no enclosing function: "紧接在 `x` 这一行之前", never
+    "紧接在的 `x`" (的 belongs to the enclosing-function phrase, " `f()` 中的")."""
+    import re
+
+    from oomguide import placement
+
+    places = placement.load()
+    lines = [
+        placement.describe(p, "zh", places)
+        for p in places.values()
+        if p.kind in ("before", "after", "replace_line")
+    ]
+    assert lines
+    for line in lines:
+        assert not re.search(r"(在|替换)的", line), line
+    within = [placement.describe(p, "zh", places) for p in places.values() if p.within]
+    assert within and all(re.search(r"`\w+\(\)` 中的 `", line) for line in within), within
