@@ -13,8 +13,7 @@ import os
 import sys
 import warnings
 
-from . import memory, versions
-from .config import ConfigError, load_config
+from . import units, versions
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -30,15 +29,20 @@ class _Parser(argparse.ArgumentParser):
 
 def _size(text: str) -> int:
     try:
-        return memory.parse_size(text)
+        return units.parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _new_parser():
     parser = _Parser(prog="oomguide", description="CUDA out-of-memory in nanoGPT: predict it, explain it.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    return parser, parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import memory  # check's phases (the engine: torch); explain alone needs it not (_explain_parser)
+
+    parser, sub = _new_parser()
     check = sub.add_parser(
         "check",
         help="predict each phase's peak GPU memory for a nanoGPT config, no GPU needed",
@@ -106,7 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--no-search", action="store_true", help="skip the search for the largest batch_size")
     check.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_explain(sub)
+    return parser
 
+
+def _add_explain(sub) -> None:
     from .explain import command as explain_command  # explain's arguments live with explain
 
     explain = sub.add_parser(
@@ -116,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         "failed, and which section of the guide to read.",
     )
     explain_command.add_arguments(explain)
+
+
+def _explain_parser() -> argparse.ArgumentParser:
+    """The parser of ``oomguide explain`` alone: reading a message imports no torch, and check's
+    arguments would (build_parser)."""
+    parser, sub = _new_parser()
+    _add_explain(sub)
     return parser
 
 
@@ -135,6 +150,9 @@ def _progress(phase: str, quiet: bool):
 
 
 def run_check(args) -> int:
+    from . import memory
+    from .config import load_config
+
     overrides = []
     for item in args.set:
         overrides.append(item)
@@ -220,6 +238,8 @@ def run_check(args) -> int:
 
 def _options(name: str, out: dict) -> dict:
     """The predictor's options for the check `name`: its state, and compiled when the model is."""
+    from . import memory
+
     return {"state": memory.CHECKS[name][1], **({"compiled": True} if out["compiled"] else {})}
 
 
@@ -252,7 +272,7 @@ def _parallel(args):
 
 
 def _print_check(out: dict, config) -> None:
-    fmt = memory.fmt_bytes
+    fmt = units.fmt_bytes
     print(
         f"card: {out['gpu']}, compute capability {out['compute_capability']}: "
         f"{fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
@@ -334,10 +354,6 @@ def _print_check(out: dict, config) -> None:
 
 def main(argv=None) -> int:
     """The command line (`argv`: its arguments; None: the program's own, ``sys.argv``)."""
-    if argv is None:  # the program itself (not a call from Python): TorchDynamo only if needed
-        from .memory import light_dynamo
-
-        light_dynamo.install()
     rc = _main(argv)
     if argv is None:
         _leave(rc)
@@ -345,9 +361,15 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = _explain_parser() if words[:1] == ["explain"] else build_parser()
     args = parser.parse_args(argv)
     args.program = argv is None
+    if args.program and (args.command == "check" or args.configs or args.set):
+        # the program itself (not a call from Python) with a prediction ahead: TorchDynamo only if needed
+        from .memory import light_dynamo
+
+        light_dynamo.install()
     try:
         if args.command == "check":
             return run_check(args)
@@ -359,20 +381,27 @@ def _main(argv) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FITS
-    except (ConfigError, memory.MemoryError_, BadInput, ValueError, OSError) as exc:
+    except (BadInput, ValueError, OSError, *_engine_errors()) as exc:  # ConfigError is a ValueError
         print(f"oomguide {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
 
 
+def _engine_errors() -> tuple[type[Exception], ...]:
+    """The engine's bad-input error, where the engine was imported (only then can it have been raised):
+    explain without a config never imports it, nor torch."""
+    models = sys.modules.get("oomguide.memory.models")
+    return (models.MemoryError_,) if models else ()
+
+
 def _leave(rc: int) -> None:
     """End the program now, its output flushed: tearing down an interpreter that imported PyTorch
     takes most of a second, and nothing of this process outlives it (the prefetching child, if any,
     is ended first)."""
-    from .memory import prefetch
-
-    prefetch.stop()
+    prefetch = sys.modules.get("oomguide.memory.prefetch")  # imported by check only: no child otherwise
+    if prefetch:
+        prefetch.stop()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

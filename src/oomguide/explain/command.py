@@ -15,8 +15,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .. import memory
-from ..config import load_config
+from .. import units
 from ..i18n import LANGS
 from .diagnosis import explain
 from .formats import ExplainError
@@ -27,7 +26,7 @@ def _size_arg(text: str) -> int:
     import argparse
 
     try:
-        return memory.parse_size(text)
+        return units.parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -99,6 +98,8 @@ def run(args) -> int:
     text, source = read_input(args.file)
     config, notes = None, []
     if args.configs or args.set:
+        from ..config import load_config  # imports the GPT, hence torch: a message alone needs neither
+
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             config = load_config(args.configs, args.set)

@@ -15,23 +15,24 @@ R = A + U reserved, X the request (thresholds below, as constants):
   (closing them would have made room). Without P (formats before 2.1, or a container whose process
   list lacks this process) O is estimated as T - F - R less 1 GiB for this process's CUDA context;
 - ``model_states_exceed_card`` (with a config): 16 bytes per parameter (float32 weights, gradients,
-  AdamW's exp_avg and exp_avg_sq) exceed what PyTorch can use of the card (``memory.usable_bytes``);
+  AdamW's exp_avg and exp_avg_sq) exceed what PyTorch can use of the card (``units.usable_bytes``);
   ``model_states_with_copies_exceed_card``: they fit alone, not with autocast's 16-bit weight copies;
 - ``too_little_memory``: F + U + O < X (nothing else would have made room), or no other code applies.
 
-It must never word anything for the reader (codes only; ``render`` words them) and never touch a GPU.
+It must never word anything for the reader (codes only; ``render`` words them), never touch a GPU,
+and never import torch for a message alone: ``oomguide.memory`` is imported for a prediction only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import memory
+from .. import units
 from .formats import NoRequest, OOMFigures, detect_context, parse_message
 from .links import guide_url, page_path
 from .tensors import ACTIVATION_TENSORS, LOGITS_TENSORS, match_request
 
-GiB, MiB = memory.GiB, memory.MiB
+GiB, MiB = units.GiB, units.MiB
 FRAGMENTATION_SHARE = 0.10  # U >= 10 % of the card: fragmentation whatever the request
 OTHER_PROCESSES_SHARE = 0.05  # O >= 5 % of the card: other processes matter
 MIN_SHARE = 0.01  # below 1 % of the card, U or O is noise
@@ -52,21 +53,27 @@ CONFIG_KEYS = (
 )
 
 
+def gpt_parameters(g) -> tuple[int, int]:
+    """(parameters, those of the Linear layers) of nanoGPT's GPT of shape `g` (a ``GPTConfig``), counted
+    from the shapes: oomguide.model.GPT, like nanoGPT's model.py (``GPT.__init__``, ``Block``, ``MLP``,
+    ``CausalSelfAttention``, ``LayerNorm``), with ``lm_head`` tied to ``wte`` (one tensor, counted once).
+    tests/test_explain.py checks the count against the model built on meta tensors."""
+    V, T, C, L, b = g.vocab_size, g.block_size, g.n_embd, g.n_layer, int(g.bias)
+    layer_norm = C + b * C  # weight, and bias when bias=True
+    attention = (C * 3 * C + b * 3 * C) + (C * C + b * C)  # c_attn, c_proj
+    mlp = (C * 4 * C + b * 4 * C) + (4 * C * C + b * C)  # c_fc, c_proj
+    block = 2 * layer_norm + attention + mlp
+    parameters = V * C + T * C + L * block + layer_norm  # wte (= lm_head), wpe, the blocks, ln_f
+    linear = V * C + L * (attention + mlp)  # lm_head and each block's four Linears
+    return parameters, linear
+
+
 def model_states(config, card_bytes: int) -> dict:
-    """Weights + gradients + AdamW state of the config's model against the card (counted on meta tensors)."""
-    import torch
-
-    from ..model import GPT
-
-    with torch.device("meta"):
-        model = GPT(config.gpt_config())
-    params = sum(p.numel() for p in model.parameters())
-    linear = {
-        id(p): p.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters()
-    }
-    copies = 0 if config.dtype == "float32" else 2 * sum(linear.values())  # autocast's cached 16-bit copies
+    """Weights + gradients + AdamW state of the config's model against the card (counted from its shape)."""
+    params, linear = gpt_parameters(config.gpt_config())
+    copies = 0 if config.dtype == "float32" else 2 * linear  # autocast's cached 16-bit copies
     states = STATE_BYTES_PER_PARAMETER * params
-    usable = memory.usable_bytes(card_bytes)
+    usable = units.usable_bytes(card_bytes)
     return {
         "parameters": params,
         "bytes_per_parameter": STATE_BYTES_PER_PARAMETER,
@@ -75,7 +82,7 @@ def model_states(config, card_bytes: int) -> dict:
         "dtype": config.dtype,
         "card_bytes": card_bytes,
         "usable_bytes": usable,
-        "context_bytes": memory.CONTEXT_BYTES,
+        "context_bytes": units.CONTEXT_BYTES,
         "states_exceed_card": states > usable,
         "with_copies_exceed_card": states + copies > usable,
     }
@@ -126,7 +133,7 @@ def disagreement(figs: OOMFigures, prediction: dict, context: str | None, card: 
         items.append({"code": "different_card", "bytes": card, "message_bytes": T})
     others = other_processes(figs)
     if others >= MIN_SHARE * T:
-        room = memory.usable_bytes(T) - others
+        room = units.usable_bytes(T) - others
         items.append(
             {"code": "other_processes", "bytes": others, "room_bytes": room, "explains": peak > room}
         )
@@ -257,6 +264,8 @@ def explain(
         result.config = {k: config.values[k] for k in CONFIG_KEYS}
         result.config["sources"] = config.sources
         if predict:
+            from .. import memory  # the engine: torch, only for a prediction
+
             phases = {}
             for phase in memory.PHASES:
                 if progress:
@@ -264,7 +273,7 @@ def explain(
                 phases[phase] = memory.predict(config, phase, card).to_json()
             result.prediction = {
                 "gpu_memory_bytes": card,
-                "usable_bytes": memory.usable_bytes(card),
+                "usable_bytes": units.usable_bytes(card),
                 "phases": phases,
             }
             result.disagreement = disagreement(figs, result.prediction, context, card)
