@@ -619,3 +619,99 @@ def test_check_fails_within_the_budget_when_the_model_states_do_not_fit(capsys):
     # the allocator fails when the new segment does not fit next to what it has *reserved* (issue 15)
     assert r["allocated_at_failure_bytes"] <= r["reserved_at_failure_bytes"] <= budget
     assert budget < r["reserved_at_failure_bytes"] + r["failing_allocation_bytes"]
+
+
+# --- reading a message needs no tensors (issue 23) -------------------------------------------------
+HEAVY = ("torch", "numpy")
+READ_WITHOUT_TORCH = """
+import contextlib, io, json, sys
+from oomguide import cli
+from oomguide import explain as ex
+
+for path in sys.argv[1:]:
+    for lang in ex.LANGS:
+        for extra in ([], ["--json"]):
+            sys.argv = ["oomguide", "explain", path, "--lang", lang, *extra]  # the program's own path
+            with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
+                rc = cli._main(None)
+            assert rc == 0 and out.getvalue() or rc == 2, path  # 2: a message cut short, explained as such
+    with open(path, encoding="utf-8") as f:
+        try:
+            ex.render(ex.explain(f.read()), "fr")  # the library's path
+        except ex.ExplainError:
+            pass
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy"))))
+"""
+
+
+def _messages_on_disk() -> list[Path]:
+    """Every message the tests keep as a file: the golden ones and the accuracy page's reports."""
+    return sorted((ROOT / "tests" / "golden" / "messages").glob("*.txt")) + sorted(
+        (ROOT / "tests" / "reports").glob("*/message.txt")
+    )
+
+
+def test_reading_a_message_imports_neither_torch_nor_numpy():
+    """Parsing, naming the tensor, the diagnosis and the answer (every language, text and JSON), in a
+    fresh interpreter: torch is for a prediction only."""
+    files = [str(p) for p in _messages_on_disk()]
+    done = subprocess.run(
+        [sys.executable, "-c", READ_WITHOUT_TORCH, *files], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+def test_the_program_explains_without_importing_torch(tmp_path):
+    """`python -m oomguide explain FILE` itself (main, its exit): no torch among the modules it imports;
+    with a config it does import it, for the prediction."""
+    message = tmp_path / "ex.txt"
+    message.write_text(traceback(msg_6_14()), encoding="utf-8")
+
+    def imported(*args: str) -> set[str]:
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "oomguide", "explain", str(message), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "6.14 GiB" in done.stdout
+        return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+
+    assert not {m for m in imported() if m.split(".")[0] in HEAVY}
+    assert "torch" in imported(
+        "--set", "batch_size=32", "--no-predict"
+    )  # the config's GPT: the check can fail
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(init_from="gpt2"),
+        dict(init_from="gpt2-xl"),
+        dict(init_from="gpt2", block_size=256),  # from_pretrained, then crop_block_size
+        dict(),  # nanoGPT's defaults: vocab 50304, bias
+        dict(bias=False),
+        dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65, bias=False),  # shakespeare_char
+        dict(n_layer=2, n_head=2, n_embd=64, block_size=32, vocab_size=65),
+    ],
+    ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "defaults",
+)
+def test_parameter_count_from_the_shape_is_the_models(shape):
+    """explain counts the model's parameters from its shape: the same count as the GPT on meta tensors."""
+    import torch
+
+    from oomguide.explain.diagnosis import gpt_parameters
+    from oomguide.model import GPT
+
+    g = load_config([], [f"{k}={v}" for k, v in shape.items()]).gpt_config()
+    with torch.device("meta"):
+        model = GPT(g)
+    params = sum(p.numel() for p in model.parameters())  # lm_head's weight is wte's: counted once
+    linear = {
+        id(p): p.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters()
+    }
+    assert gpt_parameters(g) == (params, sum(linear.values()))
+    if shape == dict(init_from="gpt2-xl"):
+        assert params == GPT2_XL_PARAMS
