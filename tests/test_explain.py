@@ -281,6 +281,130 @@ def test_other_processes_are_diagnosed():
     assert alone.diagnosis == ["too_little_memory"]  # 600 MiB outside PyTorch: the CUDA context, not others
 
 
+# --- advice that can work: expandable segments only where F + U could hold X (issue 18) ----------------
+EXPANDABLE = ("estimate-loss-oom", "expandable-segments")
+
+
+def _advice(result) -> dict[str, bool]:
+    """Whether `result` gives the fragmentation advice (its code, its section, its sentence in any
+    language) and whether it says why expandable segments cannot help."""
+    # each sentence's last part, after its last figure: the advice itself ("). Set PYTORCH_CUDA_ALLOC_CONF…")
+    sentence = [gettext_for(lang)(ex.TEXT["fragmentation"]).rsplit("}", 1)[1] for lang in ex.LANGS]
+    cannot = [
+        gettext_for(lang)(ex.TEXT["expandable_segments_cannot_help"]).rsplit("}", 1)[1] for lang in ex.LANGS
+    ]
+    texts = [ex.render(result, lang) for lang in ex.LANGS]
+    return {
+        "code": "fragmentation" in result.diagnosis,
+        "section": EXPANDABLE in result.sections,
+        "sentence": any(s in text for s, text in zip(sentence, texts)),
+        "cannot_help": "expandable_segments_cannot_help" in result.diagnosis
+        and all(c in text for c, text in zip(cannot, texts)),
+    }
+
+
+def _check_advice_can_work(result, where: str) -> str:
+    """The rule, on any message: no fragmentation advice where free + cached is less than the request
+    (beyond the rounding of the printed figures); the advice where it could hold it and the cache is
+    more than noise. Returns which side of the rule the message is on."""
+    figs = result.figures
+    F, U, X, T = figs.free, figs.reserved_unallocated, figs.requested, figs.capacity
+    advice = _advice(result)
+    if F + U + ex.diagnosis.PRINTED_ROUNDING < X:
+        assert not (advice["code"] or advice["section"] or advice["sentence"]), (where, advice)
+        assert advice["cannot_help"] == (U >= 0.10 * T), (where, advice)
+        return "cannot"
+    if U >= 0.01 * T:
+        assert advice["code"] and advice["section"] and advice["sentence"], (where, advice)
+        assert not advice["cannot_help"], where
+        return "can"
+    return "no cache"
+
+
+# (F, U, X) in GiB on an 11.69 GiB card: the issue's message (F + U = 4.71 < 6.14), a traceback's
+# (F + U = 2.63 < 3.07), and the same cache large enough for the request
+CANNOT_HELP = [(2.68, 2.03, 6.14), (1.20, 1.43, 3.07)]
+CAN_HELP = [(2.68, 2.03, 4.50), (0.40, 3.00, 2.50), (1.20, 1.43, 2.60)]
+
+
+def _message_of_format(fmt_name: str, free: int, unalloc: int, req: int, capacity: int = int(11.69 * GiB)):
+    allocated = capacity - free - unalloc - 300 * MiB  # the CUDA context: not other processes
+    if fmt_name == "2.1+":
+        return new_message(req, capacity, free, allocated + unalloc + 300 * MiB, allocated, unalloc)
+    if fmt_name == "pre-2.1":
+        return old_message(req, capacity, allocated, free, allocated + unalloc)
+    return cached_message(req, capacity, allocated, free, unalloc)  # 1.0-1.3
+
+
+@pytest.mark.parametrize("fmt_name", ["2.1+", "pre-2.1", "1.0-1.3"])
+@pytest.mark.parametrize(("F", "U", "X"), CANNOT_HELP + CAN_HELP)
+def test_expandable_segments_only_where_free_plus_cached_could_hold_the_request(fmt_name, F, U, X):
+    for text in (_message_of_format(fmt_name, int(F * GiB), int(U * GiB), int(X * GiB)),):
+        for tb in (text, traceback(text), traceback(text, in_eval=False)):
+            result = ex.explain(tb)
+            assert result.figures.format == fmt_name
+            side = _check_advice_can_work(result, (fmt_name, F, U, X))
+            assert side == ("cannot" if (F, U, X) in CANNOT_HELP else "can")
+
+
+def test_the_issue_messages_get_the_fix_that_works_first():
+    """Issue 18: 6.14 GiB asked, 2.68 GiB free and 2.03 GiB cached; a traceback with 2.63 GiB free
+    and cached against 3.07 GiB. Neither gets the fragmentation advice; each is told why the setting
+    cannot help, and what makes the failing tensor smaller comes first."""
+    alone = ex.explain((ROOT / "tests/golden/messages/cached-too-small.txt").read_text(encoding="utf-8"))
+    assert alone.diagnosis == ["too_little_memory", "expandable_segments_cannot_help"]
+    assert alone.sections == [("estimate-loss-oom", "reduce-batch-size"), ("beyond", "chunked-loss")]
+    text = ex.render(alone, "en")
+    assert "(2.68 GiB + 2.03 GiB = 4.71 GiB) is less than the 6.14 GiB request" in text
+    assert "Set PYTORCH_CUDA_ALLOC_CONF" not in text
+    tb = ex.explain(
+        (ROOT / "tests/golden/messages/cached-too-small-traceback.txt").read_text(encoding="utf-8")
+    )
+    assert (tb.figures.format, tb.context) == ("pre-2.1", "estimate_loss")
+    assert tb.diagnosis == ["too_little_memory", "expandable_segments_cannot_help"]
+    assert tb.sections[0] == ("estimate-loss-oom", "reduce-batch-size") and EXPANDABLE not in tb.sections
+    assert "(1.20 GiB + 1.43 GiB = 2.63 GiB) is less than the 3.07 GiB request" in ex.render(tb, "en")
+
+
+def test_messages_on_disk_get_only_advice_that_can_work():
+    """Every message the tests keep (tests/golden/messages/) and every real one of the accuracy page
+    (tests/reports/*/message.txt, read as oomguide.reports reads them): the rule holds, and both
+    sides of it occur, so the check can fail."""
+    from oomguide import reports
+
+    messages = {p.name: p.read_text(encoding="utf-8") for p in (ROOT / "tests/golden/messages").glob("*.txt")}
+    messages.update({f"reports/{c.id}": c.message for c in reports.load_cases() if c.message is not None})
+    assert any(name.startswith("reports/") for name in messages)
+    sides = {}
+    for name, text in messages.items():
+        try:
+            result = ex.explain(text)
+        except ex.ExplainError:
+            continue  # a report whose message was posted cut short (test_accuracy.py says which)
+        if result.has_request:
+            sides[name] = _check_advice_can_work(result, name)
+    assert {"can", "cannot"} <= set(sides.values()), sides
+    assert sides["reports/nanogpt-208-gpt2xl-24gb"] == "can"  # 85.06 MiB free + 256 MiB cached >= 100 MiB
+
+
+def test_read_next_puts_what_fixes_the_message_first():
+    """A fix that alone makes room comes first; closing other processes that cannot make room alone
+    comes after what makes the tensor smaller."""
+    article = ex.explain(
+        (ROOT / "tests/golden/messages/article-estimate-loss.txt").read_text(encoding="utf-8")
+    )
+    assert article.diagnosis == ["too_little_memory", "other_processes"]  # 2.68 + 0.22 + 1.97 < 6.14
+    assert article.sections[0] == ("estimate-loss-oom", "reduce-batch-size")
+    assert article.sections[-1] == ("estimate-loss-oom", "hardware-setup")
+    others = ex.explain((ROOT / "tests/golden/messages/other-processes.txt").read_text(encoding="utf-8"))
+    assert others.sections[0] == (
+        "estimate-loss-oom",
+        "hardware-setup",
+    )  # 13.40 GiB held: closing them is enough
+    fragmented = ex.explain((ROOT / "tests/golden/messages/fragmentation.txt").read_text(encoding="utf-8"))
+    assert fragmented.sections[0] == EXPANDABLE
+
+
 # --- parsing --------------------------------------------------------------------------------------
 def test_both_formats_give_the_same_figures():
     req, capacity, free, allocated, unallocated = (
@@ -620,3 +744,99 @@ def test_check_fails_within_the_budget_when_the_model_states_do_not_fit(capsys):
     # the allocator fails when the new segment does not fit next to what it has *reserved* (issue 15)
     assert r["allocated_at_failure_bytes"] <= r["reserved_at_failure_bytes"] <= budget
     assert budget < r["reserved_at_failure_bytes"] + r["failing_allocation_bytes"]
+
+
+# --- reading a message needs no tensors (issue 23) -------------------------------------------------
+HEAVY = ("torch", "numpy")
+READ_WITHOUT_TORCH = """
+import contextlib, io, json, sys
+from oomguide import cli
+from oomguide import explain as ex
+
+for path in sys.argv[1:]:
+    for lang in ex.LANGS:
+        for extra in ([], ["--json"]):
+            sys.argv = ["oomguide", "explain", path, "--lang", lang, *extra]  # the program's own path
+            with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
+                rc = cli._main(None)
+            assert rc == 0 and out.getvalue() or rc == 2, path  # 2: a message cut short, explained as such
+    with open(path, encoding="utf-8") as f:
+        try:
+            ex.render(ex.explain(f.read()), "fr")  # the library's path
+        except ex.ExplainError:
+            pass
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy"))))
+"""
+
+
+def _messages_on_disk() -> list[Path]:
+    """Every message the tests keep as a file: the golden ones and the accuracy page's reports."""
+    return sorted((ROOT / "tests" / "golden" / "messages").glob("*.txt")) + sorted(
+        (ROOT / "tests" / "reports").glob("*/message.txt")
+    )
+
+
+def test_reading_a_message_imports_neither_torch_nor_numpy():
+    """Parsing, naming the tensor, the diagnosis and the answer (every language, text and JSON), in a
+    fresh interpreter: torch is for a prediction only."""
+    files = [str(p) for p in _messages_on_disk()]
+    done = subprocess.run(
+        [sys.executable, "-c", READ_WITHOUT_TORCH, *files], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+def test_the_program_explains_without_importing_torch(tmp_path):
+    """`python -m oomguide explain FILE` itself (main, its exit): no torch among the modules it imports;
+    with a config it does import it, for the prediction."""
+    message = tmp_path / "ex.txt"
+    message.write_text(traceback(msg_6_14()), encoding="utf-8")
+
+    def imported(*args: str) -> set[str]:
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "oomguide", "explain", str(message), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "6.14 GiB" in done.stdout
+        return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+
+    assert not {m for m in imported() if m.split(".")[0] in HEAVY}
+    assert "torch" in imported(
+        "--set", "batch_size=32", "--no-predict"
+    )  # the config's GPT: the check can fail
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(init_from="gpt2"),
+        dict(init_from="gpt2-xl"),
+        dict(init_from="gpt2", block_size=256),  # from_pretrained, then crop_block_size
+        dict(),  # nanoGPT's defaults: vocab 50304, bias
+        dict(bias=False),
+        dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65, bias=False),  # shakespeare_char
+        dict(n_layer=2, n_head=2, n_embd=64, block_size=32, vocab_size=65),
+    ],
+    ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "defaults",
+)
+def test_parameter_count_from_the_shape_is_the_models(shape):
+    """explain counts the model's parameters from its shape: the same count as the GPT on meta tensors."""
+    import torch
+
+    from oomguide.explain.diagnosis import gpt_parameters
+    from oomguide.model import GPT
+
+    g = load_config([], [f"{k}={v}" for k, v in shape.items()]).gpt_config()
+    with torch.device("meta"):
+        model = GPT(g)
+    params = sum(p.numel() for p in model.parameters())  # lm_head's weight is wte's: counted once
+    linear = {
+        id(p): p.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters()
+    }
+    assert gpt_parameters(g) == (params, sum(linear.values()))
+    if shape == dict(init_from="gpt2-xl"):
+        assert params == GPT2_XL_PARAMS

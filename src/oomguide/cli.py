@@ -12,9 +12,7 @@ import os
 import re
 import sys
 
-from . import memory, verdict, versions
-from .config import ConfigError
-from .memory import gpus
+from . import units, versions
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -53,9 +51,16 @@ def _card_option(read):
     return convert
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _new_parser():
     parser = _Parser(prog="oomguide", description="CUDA out-of-memory in nanoGPT: predict it, explain it.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    return parser, parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import memory  # check's phases (the engine: torch); explain alone needs it not (_explain_parser)
+    from .memory import gpus
+
+    parser, sub = _new_parser()
 
     check = sub.add_parser(
         "check",
@@ -137,7 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--no-search", action="store_true", help="skip the search for the largest batch_size")
     check.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_explain(sub)
+    return parser
 
+
+def _add_explain(sub) -> None:
     from .explain import command as explain_command  # explain's arguments live with explain
 
     explain = sub.add_parser(
@@ -147,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
         "failed, and which section of the guide to read.",
     )
     explain_command.add_arguments(explain)
+
+
+def _explain_parser() -> argparse.ArgumentParser:
+    """The parser of ``oomguide explain`` alone: reading a message imports no torch, and check's
+    arguments would (build_parser)."""
+    parser, sub = _new_parser()
+    _add_explain(sub)
     return parser
 
 
@@ -163,8 +179,10 @@ def _progress(phase: str):
     return report
 
 
-def request_of(args) -> verdict.Request:
-    """check's arguments as the library's request."""
+def request_of(args):
+    """check's arguments as the library's request (``verdict.Request``)."""
+    from . import verdict
+
     return verdict.Request(
         configs=list(args.configs),
         overrides=list(args.set),
@@ -183,6 +201,8 @@ def request_of(args) -> verdict.Request:
 
 
 def run_check(args) -> int:
+    from . import verdict
+
     quiet = args.json or not sys.stderr.isatty()
     run = verdict.prepare(request_of(args))
     progress = None if quiet else _progress
@@ -198,7 +218,7 @@ def run_check(args) -> int:
 
 
 def _print_check(out: dict, config) -> None:
-    fmt = memory.fmt_bytes
+    fmt = units.fmt_bytes
     print(
         f"card: {out['gpu']}, compute capability {out['compute_capability']}"
         + (" (assumed: --capability or --gpu sets it)" if out["compute_capability_assumed"] else "")
@@ -299,10 +319,6 @@ def _print_check(out: dict, config) -> None:
 
 def main(argv=None) -> int:
     """The command line (`argv`: its arguments; None: the program's own, ``sys.argv``)."""
-    if argv is None:  # the program itself (not a call from Python): TorchDynamo only if needed
-        from .memory import light_dynamo
-
-        light_dynamo.install()
     rc = _main(argv)
     if argv is None:
         _leave(rc)
@@ -310,9 +326,15 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = _explain_parser() if words[:1] == ["explain"] else build_parser()
     args = parser.parse_args(argv)
     args.program = argv is None
+    if args.program and (args.command == "check" or args.configs or args.set):
+        # the program itself (not a call from Python) with a prediction ahead: TorchDynamo only if needed
+        from .memory import light_dynamo
+
+        light_dynamo.install()
     try:
         if args.command == "check":
             return run_check(args)
@@ -324,26 +346,28 @@ def _main(argv) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FITS
-    except (
-        ConfigError,
-        memory.MemoryError_,
-        BadInput,
-        ValueError,
-        OSError,
-    ) as exc:  # BadRequest, CheckoutError too
+    except (BadInput, ValueError, OSError, *_engine_errors()) as exc:
+        # ConfigError, verdict.BadRequest and checkout.CheckoutError are ValueErrors
         print(f"oomguide {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
 
 
+def _engine_errors() -> tuple[type[Exception], ...]:
+    """The engine's bad-input error, where the engine was imported (only then can it have been raised):
+    explain without a config never imports it, nor torch."""
+    models = sys.modules.get("oomguide.memory.models")
+    return (models.MemoryError_,) if models else ()
+
+
 def _leave(rc: int) -> None:
     """End the program now, its output flushed: tearing down an interpreter that imported PyTorch
     takes most of a second, and nothing of this process outlives it (the prefetching child, if any,
     is ended first)."""
-    from .memory import prefetch
-
-    prefetch.stop()
+    prefetch = sys.modules.get("oomguide.memory.prefetch")  # imported by check only: no child otherwise
+    if prefetch:
+        prefetch.stop()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -13,7 +13,10 @@ The package, one module per job, in the order the answer is built:
 
 Where to add a message format, a sentence or a translation: CONTRIBUTING.md. This file only names
 what the CLI, the tests and the notebook use; it must never hold logic of its own. Nothing in the
-package touches a GPU; predictions come from ``oomguide.memory``.
+package touches a GPU; predictions come from ``oomguide.memory``. Reading a message, naming its
+tensor, the diagnosis and the answer import neither torch nor numpy (tests/test_explain.py checks it
+in a fresh interpreter): ``oomguide.config`` (the GPT) is imported only with a config, and
+``oomguide.memory`` only for a prediction.
 """
 
 from ..i18n import LANGS

@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from .. import units
 from ..i18n import LANGS
 from .diagnosis import explain
 from .formats import ExplainError
@@ -21,13 +22,11 @@ from .render import render
 
 
 def _size_arg(text: str) -> int:
-    """--gpu-memory: a card's size, as check reads it (``memory.gpus.card_memory``)."""
+    """--gpu-memory: a card's size, as check reads it (``units.card_memory``)."""
     import argparse
 
-    from ..memory.gpus import card_memory
-
     try:
-        return card_memory(text)
+        return units.card_memory(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -9,30 +9,45 @@ difference. ``Explanation.to_json`` is the ``--json`` output.
 Diagnosis, with T capacity, F free, P this process, A allocated, U reserved-but-unallocated,
 R = A + U reserved, X the request (thresholds below, as constants):
 
-- ``fragmentation``: U >= 1 % of T, and either F + U >= X (the memory was there, free or cached,
-  but not in one piece) or U >= 10 % of T;
+- ``fragmentation``: U >= 1 % of T and F + U >= X: the memory was there, free or cached, but not in
+  one piece. ``expandable_segments`` can join the two into one piece and do no more (the allocator
+  maps free pages into a segment it grows: ``ExpandableSegment`` in PyTorch's
+  c10/cuda/CUDACachingAllocator.cpp; the guide's estimate-loss-oom#expandable-segments), so the code
+  and its section come only where F + U could have held X;
+- ``expandable_segments_cannot_help``: U >= 10 % of T (large: the message's own hint suggests the
+  setting) but F + U < X: even in one piece, free and cached memory could not have held the request;
 - ``other_processes``: O = T - F - P (other processes) >= 5 % of T, or O >= 1 % of T and F + O >= X
   (closing them would have made room). Without P (formats before 2.1, or a container whose process
   list lacks this process) O is estimated as T - F - R less 1 GiB for this process's CUDA context;
 - ``model_states_exceed_card`` (with a config): 16 bytes per parameter (float32 weights, gradients,
-  AdamW's exp_avg and exp_avg_sq) exceed what PyTorch can use of the card (``memory.usable_bytes``);
+  AdamW's exp_avg and exp_avg_sq) exceed what PyTorch can use of the card (``units.usable_bytes``);
   ``model_states_with_copies_exceed_card``: they fit alone, not with autocast's 16-bit weight copies;
 - ``too_little_memory``: F + U + O < X (nothing else would have made room), or no other code applies.
 
-It must never word anything for the reader (codes only; ``render`` words them) and never touch a GPU.
+F + U is compared with X allowing for the rounding of the printed figures (``PRINTED_ROUNDING``):
+within it the setting may help, and is advised.
+
+The sections come in the order that fixes this message: what alone makes room for it first (a
+smaller model where the model states do not fit, expandable segments where F + U >= X, closing other
+processes where F + U + O >= X), then what makes the failing tensor smaller, then what helps only
+in part (other processes where F + U + O < X).
+
+It must never word anything for the reader (codes only; ``render`` words them), never touch a GPU,
+and never import torch for a message alone: ``oomguide.memory`` is imported for a prediction only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import memory
+from .. import units
 from .formats import NoRequest, OOMFigures, detect_context, parse_message
 from .links import guide_url, page_path
 from .tensors import ACTIVATION_TENSORS, LOGITS_TENSORS, match_request
 
-GiB, MiB = memory.GiB, memory.MiB
-FRAGMENTATION_SHARE = 0.10  # U >= 10 % of the card: fragmentation whatever the request
+GiB, MiB = units.GiB, units.MiB
+LARGE_CACHE_SHARE = 0.10  # U >= 10 % of the card: large, so say why expandable segments cannot help
+PRINTED_ROUNDING = 4 * GiB // 200  # F, U (or R and A) and X printed to 0.01 GiB: each within 0.005 GiB
 OTHER_PROCESSES_SHARE = 0.05  # O >= 5 % of the card: other processes matter
 MIN_SHARE = 0.01  # below 1 % of the card, U or O is noise
 OLD_FORMAT_CONTEXT_ALLOWANCE = 1 * GiB  # this process's own non-PyTorch memory, when the message does not say
@@ -52,21 +67,27 @@ CONFIG_KEYS = (
 )
 
 
+def gpt_parameters(g) -> tuple[int, int]:
+    """(parameters, those of the Linear layers) of nanoGPT's GPT of shape `g` (a ``GPTConfig``), counted
+    from the shapes: oomguide.model.GPT, like nanoGPT's model.py (``GPT.__init__``, ``Block``, ``MLP``,
+    ``CausalSelfAttention``, ``LayerNorm``), with ``lm_head`` tied to ``wte`` (one tensor, counted once).
+    tests/test_explain.py checks the count against the model built on meta tensors."""
+    V, T, C, L, b = g.vocab_size, g.block_size, g.n_embd, g.n_layer, int(g.bias)
+    layer_norm = C + b * C  # weight, and bias when bias=True
+    attention = (C * 3 * C + b * 3 * C) + (C * C + b * C)  # c_attn, c_proj
+    mlp = (C * 4 * C + b * 4 * C) + (4 * C * C + b * C)  # c_fc, c_proj
+    block = 2 * layer_norm + attention + mlp
+    parameters = V * C + T * C + L * block + layer_norm  # wte (= lm_head), wpe, the blocks, ln_f
+    linear = V * C + L * (attention + mlp)  # lm_head and each block's four Linears
+    return parameters, linear
+
+
 def model_states(config, card_bytes: int) -> dict:
-    """Weights + gradients + AdamW state of the config's model against the card (counted on meta tensors)."""
-    import torch
-
-    from ..model import GPT
-
-    with torch.device("meta"):
-        model = GPT(config.gpt_config())
-    params = sum(p.numel() for p in model.parameters())
-    linear = {
-        id(p): p.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters()
-    }
-    copies = 0 if config.dtype == "float32" else 2 * sum(linear.values())  # autocast's cached 16-bit copies
+    """Weights + gradients + AdamW state of the config's model against the card (counted from its shape)."""
+    params, linear = gpt_parameters(config.gpt_config())
+    copies = 0 if config.dtype == "float32" else 2 * linear  # autocast's cached 16-bit copies
     states = STATE_BYTES_PER_PARAMETER * params
-    usable = memory.usable_bytes(card_bytes)
+    usable = units.usable_bytes(card_bytes)
     return {
         "parameters": params,
         "bytes_per_parameter": STATE_BYTES_PER_PARAMETER,
@@ -75,7 +96,7 @@ def model_states(config, card_bytes: int) -> dict:
         "dtype": config.dtype,
         "card_bytes": card_bytes,
         "usable_bytes": usable,
-        "context_bytes": memory.CONTEXT_BYTES,
+        "context_bytes": units.CONTEXT_BYTES,
         "states_exceed_card": states > usable,
         "with_copies_exceed_card": states + copies > usable,
     }
@@ -96,13 +117,16 @@ def diagnose(figs: OOMFigures, states: dict | None = None) -> list[str]:
             codes.append("model_states_exceed_card")
         elif states["with_copies_exceed_card"]:
             codes.append("model_states_with_copies_exceed_card")
-    fragmentation = U >= MIN_SHARE * T and (F + U >= X or U >= FRAGMENTATION_SHARE * T)
+    in_one_piece = F + U + PRINTED_ROUNDING >= X  # all that expandable segments can make of the cache
+    fragmentation = U >= MIN_SHARE * T and in_one_piece
     other = other_processes(figs)
     others = other >= OTHER_PROCESSES_SHARE * T or (other >= MIN_SHARE * T and F + other >= X)
     if F + U + other < X or not (fragmentation or others):
         codes.append("too_little_memory")
     if fragmentation:
         codes.append("fragmentation")
+    elif U >= LARGE_CACHE_SHARE * T:
+        codes.append("expandable_segments_cannot_help")
     if others:
         codes.append("other_processes")
     return codes
@@ -126,7 +150,7 @@ def disagreement(figs: OOMFigures, prediction: dict, context: str | None, card: 
         items.append({"code": "different_card", "bytes": card, "message_bytes": T})
     others = other_processes(figs)
     if others >= MIN_SHARE * T:
-        room = memory.usable_bytes(T) - others
+        room = units.usable_bytes(T) - others
         items.append(
             {"code": "other_processes", "bytes": others, "room_bytes": room, "explains": peak > room}
         )
@@ -140,21 +164,21 @@ def disagreement(figs: OOMFigures, prediction: dict, context: str | None, card: 
 def choose_sections(
     codes: list[str], matches: list[dict], context: str | None
 ) -> list[tuple[str, str | None]]:
-    picks: list[tuple[str, str | None]] = []
+    """The sections to read, in the order that fixes this message (see the module's docstring)."""
+    first: list[tuple[str, str | None]] = []  # each alone makes room for the request
+    last: list[tuple[str, str | None]] = []  # helps, not enough alone
     states_too_large = any(c.startswith("model_states") for c in codes)
     if states_too_large:
-        picks += [
+        first += [
             ("eval-oom-12gb", "smaller-n-embd"),
             ("where-the-memory-goes", None),
             ("multi-gpu", "gpt2-xl"),
         ]
-    if "fragmentation" in codes:
-        picks.append(("estimate-loss-oom", "expandable-segments"))
-    if "other_processes" in codes:
-        picks.append(("estimate-loss-oom", "hardware-setup"))
-    fixes: list[
-        tuple[str, str | None]
-    ] = []  # what to make smaller, by where it ran out and what it asked for
+    if "fragmentation" in codes:  # F + U >= X
+        first.append(("estimate-loss-oom", "expandable-segments"))
+    if "other_processes" in codes:  # with too_little_memory, F + U + O < X: closing them is not enough
+        (last if "too_little_memory" in codes else first).append(("estimate-loss-oom", "hardware-setup"))
+    fixes: list[tuple[str, str | None]] = []  # what makes the failing tensor smaller, by where it ran out
     tensors = {m["tensor"] for m in matches}
     if states_too_large:
         pass  # no batch size helps: the sections above are the fix
@@ -169,9 +193,9 @@ def choose_sections(
         fixes = [("estimate-loss-oom", "reduce-batch-size"), ("beyond", "chunked-loss")]
     elif tensors & set(ACTIVATION_TENSORS):
         fixes = [("estimate-loss-oom", "reduce-batch-size"), ("eval-oom-12gb", "gradient-checkpointing")]
-    elif "too_little_memory" in codes or not picks:
+    elif "too_little_memory" in codes or not (first or last):
         fixes = [("estimate-loss-oom", "root-causes"), ("where-the-memory-goes", None)]
-    return list(dict.fromkeys(picks + fixes))
+    return list(dict.fromkeys(first + fixes + last))
 
 
 NO_REQUEST_SECTIONS = [("estimate-loss-oom", "hardware-setup"), ("where-the-memory-goes", None)]

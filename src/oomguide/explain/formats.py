@@ -37,8 +37,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..memory.cuda_model import block_size, segment_size
-from ..memory.units import GiB, MiB
+from ..units import GiB, MiB, block_size, segment_size
 
 
 class ExplainError(ValueError):

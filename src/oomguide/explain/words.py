@@ -99,6 +99,13 @@ TEXT: dict[str, str] = {
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA is initialised; it reuses "
         "that memory but does not create any."
     ),
+    "expandable_segments_cannot_help": N_(
+        "Not fragmentation: {unalloc} is reserved by PyTorch but unallocated, yet even in one piece, "
+        "free plus cached memory ({free} + {unalloc} = {sum}) is less than the {req} request. No "
+        "allocator setting against fragmentation can help here (PYTORCH_CUDA_ALLOC_CONF="
+        "expandable_segments:True, max_split_size_mb): at best it makes the free and the cached "
+        "memory usable as one piece; it creates none."
+    ),
     "other_processes_d": N_(
         "Other processes hold {other} of this card (capacity − free − this process's {in_use}). "
         "Close them (nvidia-smi lists them) or run on a GPU of your own."

@@ -8,7 +8,8 @@ fake CPU tensors and models what CUDA does differently.
 
 The package, one module per job:
 
-- ``units``       sizes, the default card, the CUDA context set aside (``usable_bytes``)
+- ``units``       sizes, the default card, the CUDA context set aside (``usable_bytes``): the
+                  torch-free ``oomguide.units``, which explain imports without this package
 - ``cuda_model``  everything CUDA does differently from the fake-CPU run: allocator rounding,
                   CUDA autocast's lists and loss path, recomputation under it
 - ``tracker``     the allocation tracker (TorchDispatchMode)

@@ -1,7 +1,9 @@
 """What CUDA does differently from the fake-CPU run, in one place (docs/en/verify.md#cpu-path; sources:
 c10/cuda/CUDACachingAllocator.cpp, ATen/autocast_mode.h, aten/src/ATen/native/LossNLL.cpp).
 
-- the caching allocator's arithmetic: 512-byte blocks, the segment an OOM message names;
+- the caching allocator's arithmetic: 512-byte blocks, the segment an OOM message names
+  (``block_size``, ``segment_size``: torch-free, in ``oomguide.units``, so that explain reads a
+  message without torch; re-exported here);
 - CUDA autocast's op lists (``CudaAutocast``), its weight-cast cache and CUDA's cross_entropy path;
 - checkpointed recomputation under that autocast.
 
@@ -19,26 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
 from .. import loop, versions
-from .units import MiB
-
-
-def block_size(nbytes: int) -> int:
-    """Bytes the caching allocator books for a tensor: rounded up to 512."""
-    return max(512, -(-nbytes // 512) * 512)
-
-
-def segment_size(nbytes: int) -> int:
-    """The size an OOM message prints as "Tried to allocate": the segment the allocator asks CUDA for.
-
-    Up to 1 MiB: a 2 MiB segment; below 10 MiB: a 20 MiB segment; above: rounded up to 2 MiB.
-    """
-    size = block_size(nbytes)
-    if size <= MiB:
-        return 2 * MiB
-    if size < 10 * MiB:
-        return 20 * MiB
-    return -(-size // (2 * MiB)) * (2 * MiB)
-
+from .units import block_size, segment_size  # noqa: F401  (re-exported: the allocator's rounding)
 
 # what pytree takes as a leaf among a call's arguments (the fast path of map_arguments)
 _LEAF_TYPES = (

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from .units import CONTEXT_BYTES, DEFAULT_GPU_MEMORY, GiB, fmt_bytes, parse_size
+from ..units import card_memory, check_memory  # noqa: F401  (read by cli's options, re-exported)
+from .units import DEFAULT_GPU_MEMORY, GiB
 
 TABLE = Path(__file__).with_name("gpus.json")
 # a card of --gpu-memory only: the guide's readers have Ampere or newer (bfloat16, flash attention);
@@ -63,25 +64,6 @@ def default_gpu(total_memory: int = DEFAULT_GPU_MEMORY, capability: tuple[int, i
     if capability is None:
         return Gpu(name, total_memory, DEFAULT_CAPABILITY, capability_assumed=True)
     return Gpu(name, total_memory, tuple(capability))
-
-
-def card_memory(text: str) -> int:
-    """--gpu-memory's value in bytes: a size above the CUDA context that ``usable_bytes`` sets aside."""
-    if str(text).lstrip().startswith("-"):
-        raise ValueError(f"a card's memory cannot be negative, got {text!r}: give its total, e.g. 11.69GiB")
-    size = parse_size(text)
-    check_memory(size, text)
-    return size
-
-
-def check_memory(size: int, text: str | None = None) -> None:
-    """A ValueError (one line) when a card of `size` bytes leaves nothing for PyTorch."""
-    if size <= CONTEXT_BYTES:
-        given = repr(text) if text is not None else fmt_bytes(size)
-        raise ValueError(
-            f"a card of {given} leaves nothing for PyTorch once the {fmt_bytes(CONTEXT_BYTES)} of the CUDA "
-            "context are set aside: give the card's total memory as PyTorch reports it, e.g. 11.69GiB"
-        )
 
 
 def parse_capability(text: str) -> tuple[int, int]:

@@ -1,54 +1,33 @@
-"""Sizes and the card: bytes <-> GiB/MiB, the default 12 GB card, the CUDA context set aside.
+"""Sizes and the card, under the engine's name: ``oomguide.units``, re-exported.
 
-Pure arithmetic: never imports torch.
+The arithmetic lives outside this package so that ``oomguide explain`` can read a message without
+importing ``oomguide.memory`` (its ``__init__`` imports torch). Never imports torch.
 """
 
 from __future__ import annotations
 
-import re
+from ..units import (
+    CONTEXT_BYTES,
+    DEFAULT_GPU_MEMORY,
+    GiB,
+    MiB,
+    block_size,
+    fmt_bytes,
+    gib,
+    parse_size,
+    segment_size,
+    usable_bytes,
+)
 
-GiB = 1024**3
-MiB = 1024**2
-DEFAULT_GPU_MEMORY = int(11.69 * GiB)  # what PyTorch reports as total capacity of a 12 GB card
-# The CUDA context and libraries live outside PyTorch's allocator ("a few hundred MiB";
-# https://github.com/pytorch/pytorch/issues/58466, docs/en/verify.md#gpu-memory).
-# The 224.90 MiB of the message that article A analyses is not that: it is memory PyTorch reserved
-# but had not allocated. That message's non-PyTorch share of the process is 7.04 GiB in use - 6.78 GiB
-# allocated - 224.90 MiB reserved-but-unallocated = about 41 MiB (give or take 10 MiB for the
-# two-decimal rounding), a context loaded lazily; cuBLAS/cuDNN workspaces and eager module loading
-# make it a few hundred MiB. The predictor sets this much aside:
-CONTEXT_BYTES = 256 * MiB
-
-
-def usable_bytes(gpu_memory: int, context_bytes: int = CONTEXT_BYTES) -> int:
-    """What the caching allocator can get on a card of `gpu_memory` bytes (the CUDA context set aside)."""
-    return gpu_memory - context_bytes
-
-
-_UNITS = {"gib": GiB, "gb": 1000**3, "mib": MiB, "mb": 1000**2, "g": GiB, "m": MiB}
-
-
-def parse_size(text: str) -> int:
-    """'11.69GiB', '12GB', '3686MiB' -> bytes. GiB/MiB are powers of 1024, GB/MB of 1000."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]+)\s*", str(text))
-    if not match:
-        raise ValueError(
-            f"cannot read size {text!r}: write a number and a unit, e.g. 11.69GiB, 12GB or 4096MiB"
-        )
-    number, unit = float(match.group(1)), match.group(2).lower()
-    if unit not in _UNITS:
-        raise ValueError(f"unknown size unit {match.group(2)!r} in {text!r} (use GiB, GB, MiB or MB)")
-    size = int(number * _UNITS[unit])
-    if size <= 0:
-        raise ValueError(f"size must be above zero, got {text!r}")
-    return size
-
-
-def gib(nbytes: float) -> float:
-    return nbytes / GiB
-
-
-def fmt_bytes(nbytes: float) -> str:
-    if nbytes >= GiB:
-        return f"{nbytes / GiB:.2f} GiB"
-    return f"{nbytes / MiB:.2f} MiB"
+__all__ = [
+    "CONTEXT_BYTES",
+    "DEFAULT_GPU_MEMORY",
+    "GiB",
+    "MiB",
+    "block_size",
+    "fmt_bytes",
+    "gib",
+    "parse_size",
+    "segment_size",
+    "usable_bytes",
+]
