@@ -404,9 +404,10 @@ def test_fix_cpu_fallback(snippet, figure, report):
     flops_per_second = 6 * n_params(small) * tokens_small / statistics.median(runs)
     full = snippet.config(SITUATION, "estimate-loss-oom/expected.py")
     minutes = 6 * n_params(full) * full.tokens_per_iter / flops_per_second / 60
-    # a band, not a tolerance that any positive value meets: within a factor of 1.5 of the printed
-    # value (math.isclose with rel_tol=1/3); a slower or faster machine fails here and updates the page
-    figure("cpu_minutes_per_iter", minutes, "float", rel=1 / 3, decimals=0)
+    # the page prints the arithmetic, which does not depend on the machine, and claims minutes, not
+    # hours, of one core's time: the claim is checked here, the minutes themselves (7 to 16 on the
+    # machines seen so far) are the machine's and go to the report only
+    figure("cpu_tflop_per_iter", 6 * n_params(full) * full.tokens_per_iter / 1e12, "float", decimals=0)
     assert 0.5 < minutes < 60, minutes  # what the page says: slow, but not hours per iteration
     del fake
     report(
