@@ -358,7 +358,7 @@ def _engine_errors() -> tuple[type[Exception], ...]:
     """The engine's bad-input error, where the engine was imported (only then can it have been raised):
     explain without a config never imports it, nor torch."""
     models = sys.modules.get("oomguide.memory.models")
-    return (models.MemoryError_,) if models else ()
+    return (models.PredictionError,) if models else ()
 
 
 def _leave(rc: int) -> None:

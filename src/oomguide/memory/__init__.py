@@ -48,7 +48,7 @@ from .measure import (
     measure,
     non_pytorch_bytes,
 )
-from .models import MemoryError_, ModelSource, load_model_source
+from .models import PredictionError, ModelSource, load_model_source
 from .predict import CHECKS, PHASES, STATES, PhaseResult, checks_run, predict
 from .search import max_batch_size
 from .tracker import CATEGORIES, Allocation, AllocationTracker
@@ -78,7 +78,7 @@ __all__ = [
     "CompiledAutocast",
     "CudaAutocast",
     "GiB",
-    "MemoryError_",
+    "PredictionError",
     "MiB",
     "ModelSource",
     "PhaseResult",

@@ -1,6 +1,6 @@
 """Where the GPT comes from: oomguide's own model, or the model.py of a reader's nanoGPT checkout.
 
-Imports and builds the model; a model that cannot be imported or built is a ``MemoryError_`` with
+Imports and builds the model; a model that cannot be imported or built is a ``PredictionError`` with
 one line naming the problem. Never runs a phase and never imports torch.cuda.
 """
 
@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 from ..model import GPT, GPTConfig
 
 
-class MemoryError_(RuntimeError):
+class PredictionError(RuntimeError):
     """A model or config that cannot be run for a prediction (the message names the problem)."""
 
 
@@ -36,14 +36,14 @@ class ModelSource:
         accepted = {f for f in inspect.signature(self.config_class).parameters}
         args = {k: v for k, v in asdict(gpt_config).items() if k in accepted}
         if gpt_config.grad_checkpoint and "grad_checkpoint" not in accepted:
-            raise MemoryError_(f"{self.path}: its GPTConfig has no grad_checkpoint field")
+            raise PredictionError(f"{self.path}: its GPTConfig has no grad_checkpoint field")
         try:
             with warnings.catch_warnings(), _quiet():
                 warnings.simplefilter("ignore")
                 return self.gpt_class(self.config_class(**args))
         except Exception as exc:  # a user's model may fail in any way: report it in one line
             where = self.path or "oomguide.model"
-            raise MemoryError_(f"{where}: building GPT failed: {exc.__class__.__name__}: {exc}") from None
+            raise PredictionError(f"{where}: building GPT failed: {exc.__class__.__name__}: {exc}") from None
 
 
 class no_init(TorchFunctionMode):
@@ -88,7 +88,7 @@ def load_model_source(path: str | Path) -> ModelSource:
     """Import a nanoGPT-style model.py (GPT and GPTConfig classes, ``forward(idx, targets)``)."""
     path = Path(path)
     if not path.is_file():
-        raise MemoryError_(f"model file not found: {path}")
+        raise PredictionError(f"model file not found: {path}")
     name = f"_oomguide_user_model_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -96,17 +96,17 @@ def load_model_source(path: str | Path) -> ModelSource:
         with _quiet():
             spec.loader.exec_module(module)
     except SyntaxError as exc:
-        raise MemoryError_(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+        raise PredictionError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
     except Exception as exc:
-        raise MemoryError_(f"{path}: import failed: {exc.__class__.__name__}: {exc}") from None
+        raise PredictionError(f"{path}: import failed: {exc.__class__.__name__}: {exc}") from None
     gpt, cfg = getattr(module, "GPT", None), getattr(module, "GPTConfig", None)
     if not isinstance(gpt, type) or not issubclass(gpt, torch.nn.Module):
-        raise MemoryError_(f"{path}: no GPT class (an nn.Module named GPT) in this file")
+        raise PredictionError(f"{path}: no GPT class (an nn.Module named GPT) in this file")
     if not isinstance(cfg, type):
-        raise MemoryError_(f"{path}: no GPTConfig class in this file")
+        raise PredictionError(f"{path}: no GPTConfig class in this file")
     params = list(inspect.signature(gpt.forward).parameters)
     if params[:3] != ["self", "idx", "targets"]:
-        raise MemoryError_(
+        raise PredictionError(
             f"{path}: GPT.forward must take (idx, targets), like nanoGPT's; it takes {params[1:]}"
         )
     return ModelSource(gpt, cfg, str(path))

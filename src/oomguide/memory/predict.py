@@ -22,7 +22,7 @@ from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
-from .models import MemoryError_, ModelSource, no_init
+from .models import PredictionError, ModelSource, no_init
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
@@ -381,7 +381,7 @@ def _run(
             # a reader's model.py may do what fake tensors cannot (data-dependent code, .item() in
             # the forward, a custom kernel): one line naming the file and the error
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise MemoryError_(
+            raise PredictionError(
                 f"{source.path}: the model cannot run on fake tensors in {phase}: "
                 f"{exc.__class__.__name__}: {first}"
             ) from None
