@@ -48,7 +48,7 @@ from .measure import (
     measure,
     non_pytorch_bytes,
 )
-from .models import PredictionError, ModelSource, load_model_source
+from .models import ModelSource, PredictionError, load_model_source
 from .predict import CHECKS, PHASES, STATES, PhaseResult, checks_run, predict
 from .search import max_batch_size
 from .tracker import CATEGORIES, Allocation, AllocationTracker

@@ -22,7 +22,7 @@ from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
-from .models import PredictionError, ModelSource, no_init
+from .models import ModelSource, PredictionError, no_init
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
