@@ -1,8 +1,8 @@
 """The verdict is the reader's own run: their checkout decides which code runs (oomguide.checkout),
 and `check`, `explain --config` and the pages give one answer for one config (oomguide.verdict).
 
-Needs a nanoGPT checkout: OOMGUIDE_NANOGPT (.ci/run sets it to ../shared/nanoGPT) or ../nanoGPT
-beside the repository's parent; tests that need one skip, naming the variable, without it.
+Needs a nanoGPT checkout: OOMGUIDE_NANOGPT (.ci/run sets it to the unmodified checkout CI
+uses); tests that need one skip, naming the variable, without it.
 """
 
 from __future__ import annotations
