@@ -136,6 +136,11 @@ class CudaKernels(TorchFunctionMode):
         )
         self.used.add(backend)
         if backend != "math":
+            if attn_mask is not None and attn_mask.dtype == torch.bool:
+                # made additive in the query's dtype first, as CUDA's scaled_dot_product_attention does
+                # for memory-efficient attention (attention.cpp, convert_boolean_attn_mask)
+                neg_inf = torch.scalar_tensor(float("-inf"), dtype=query.dtype, device=query.device)
+                attn_mask = torch.where(attn_mask, 0.0, neg_inf)
             return _FusedAttention.apply(backend, query, key, value, attn_mask, is_causal, scale)
         return _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
