@@ -159,7 +159,7 @@ class _FusedAttention(torch.autograd.Function):
             out, lse = _CPU_FORWARD(query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale)
         ctx.save_for_backward(query, key, value, out, lse, attn_mask)
         ctx.backend, ctx.is_causal, ctx.scale = backend, is_causal, scale
-        ctx.set_materialize_grads(False)  # an unused output has no gradient: no backward, as aten's
+        ctx.set_materialize_grads(False)  # an unused output: no backward kernel runs, as in aten
         return out
 
     @staticmethod
