@@ -87,3 +87,26 @@ def test_check_gpu_picks_the_attention_kernel(capsys):
     assert a100["phases"]["train_step"]["attention"] == "flash"
     assert t4["phases"]["train_step"]["peak_bytes"] > a100["phases"]["train_step"]["peak_bytes"]
     assert t4["gpu_memory_bytes"] == find_gpu("T4").total_memory
+
+
+@pytest.mark.parametrize(("capability", "dtype"), [((8, 6), torch.float32), ((7, 5), torch.float16)])
+def test_boolean_mask_on_memory_efficient_attention(capability, dtype):
+    """A boolean attn_mask with memory-efficient attention: made additive as CUDA does, the same result
+    and gradients as PyTorch's own attention (the CPU kernel takes no boolean mask)."""
+    import torch.nn.functional as F
+
+    from oomguide.memory.kernels import CudaKernels
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, dtype=dtype, requires_grad=True) for _ in range(3))
+    mask = torch.rand(2, 1, 16, 16) > 0.3
+    mask[..., 0] = True  # no fully masked row
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    expected_grads = torch.autograd.grad(expected.float().sum(), (q, k, v))
+    with CudaKernels(capability) as kernels:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert kernels.used == {"efficient"}
+    torch.testing.assert_close(out, expected)
+    grads = torch.autograd.grad(out.float().sum(), (q, k, v))
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want)

@@ -16,17 +16,60 @@ On the CPU, ``F.scaled_dot_product_attention`` with dropout takes the math path 
 
 ``CudaKernels(capability)`` is a TorchFunctionMode that makes these choices; ``sdpa_backend`` says
 which attention kernel a card runs. Never imports torch.cuda.
+
+**Names.** A prediction names an allocation by the op that made it (``tracker.Allocation``): the op
+CUDA runs, never a CPU kernel. Flash and memory-efficient attention run the CPU's flash kernel (the
+same allocations) inside ``cuda_names``, where ``cuda_op_name`` gives the tracker CUDA's names
+(``CUDA_ATTENTION_OPS``), forward and backward; the math path runs ops that CUDA runs under the same
+names (its softmax is aten's ``_safe_softmax``).
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 HALF = (torch.float16, torch.bfloat16)
+
+# The ops CUDA's F.scaled_dot_product_attention runs per backend (aten/src/ATen/native/transformers/
+# attention.cpp, scaled_dot_product_attention: at::_scaled_dot_product_flash_attention and
+# at::_scaled_dot_product_efficient_attention), and their backward (tools/autograd/derivatives.yaml).
+CUDA_ATTENTION_OPS = {
+    "flash": ("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward"),
+    "efficient": (
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_efficient_attention_backward",
+    ),
+}
+# The CPU's flash kernel that stands for both in the prediction: the output and a float32
+# log-sum-exp per row forward, the three input gradients backward
+_CPU_FORWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_CPU_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+_NAMES = threading.local()  # .names: {CPU op: CUDA op} while a CPU kernel stands for a CUDA one
+
+
+def cuda_op_name(op: str) -> str:
+    """The name of the CUDA op that `op` (an ATen op the prediction runs now) stands for."""
+    names = getattr(_NAMES, "names", None)
+    return names.get(op, op) if names else op
+
+
+@contextmanager
+def cuda_names(backend: str):
+    """Within: the CPU flash kernel's ops are named as `backend` ("flash", "efficient") on CUDA."""
+    forward, backward = CUDA_ATTENTION_OPS[backend]
+    outer = getattr(_NAMES, "names", None)
+    _NAMES.names = {_CPU_FORWARD.__name__: forward, _CPU_BACKWARD.__name__: backward}
+    try:
+        yield
+    finally:
+        _NAMES.names = outer
 
 
 def sdpa_backend(
@@ -93,13 +136,51 @@ class CudaKernels(TorchFunctionMode):
         )
         self.used.add(backend)
         if backend != "math":
-            # flash / memory-efficient: output + float32 log-sum-exp; the dropout mask is never stored,
-            # which the CPU's flash kernel (without dropout) reproduces
-            out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale
-            )
-            return out[0]
+            if attn_mask is not None and attn_mask.dtype == torch.bool:
+                # made additive in the query's dtype first, as CUDA's scaled_dot_product_attention does
+                # for memory-efficient attention (attention.cpp, convert_boolean_attn_mask)
+                neg_inf = torch.scalar_tensor(float("-inf"), dtype=query.dtype, device=query.device)
+                attn_mask = torch.where(attn_mask, 0.0, neg_inf)
+            return _FusedAttention.apply(backend, query, key, value, attn_mask, is_causal, scale)
         return _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+class _FusedAttention(torch.autograd.Function):
+    """Flash or memory-efficient attention: the output and a float32 log-sum-exp per row, kept for
+    backward with the inputs; the dropout mask is never stored (regenerated from the RNG), which the
+    CPU's flash kernel without dropout reproduces. Its ops run named as CUDA's (``cuda_names``).
+
+    Saves what autograd's node of the CPU kernel saves (derivatives.yaml,
+    _scaled_dot_product_flash_attention_for_cpu: query, key, value, output, logsumexp, attn_mask)."""
+
+    @staticmethod
+    def forward(ctx, backend, query, key, value, attn_mask, is_causal, scale):
+        with cuda_names(backend):
+            out, lse = _CPU_FORWARD(query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale)
+        ctx.save_for_backward(query, key, value, out, lse, attn_mask)
+        ctx.backend, ctx.is_causal, ctx.scale = backend, is_causal, scale
+        ctx.set_materialize_grads(False)  # an unused output: no backward kernel runs, as in aten
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        if grad_out is None:
+            return None, None, None, None, None, None, None
+        query, key, value, out, lse, attn_mask = ctx.saved_tensors
+        with cuda_names(ctx.backend):
+            grads = _CPU_BACKWARD(
+                grad_out,
+                query,
+                key,
+                value,
+                out,
+                lse,
+                0.0,
+                ctx.is_causal,
+                attn_mask=attn_mask,
+                scale=ctx.scale,
+            )
+        return None, *grads, None, None, None
 
 
 def _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale):
@@ -117,7 +198,9 @@ def _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale):
         if attn_mask.dtype == torch.bool:
             attn_mask = torch.zeros_like(attn_mask, dtype=scores.dtype).masked_fill(~attn_mask, float("-inf"))
         scores = scores + attn_mask
-    weights = torch.softmax(scores, dim=-1)
+    # aten's math path normalises with _safe_softmax (zeros, not NaN, for a fully masked row): the
+    # op CUDA runs, with softmax's output and backward (_softmax_backward_data)
+    weights = torch.ops.aten._safe_softmax(scores, -1)
     if dropout_p > 0.0:
         weights, _mask = torch.native_dropout(weights, dropout_p, True)
     return (weights @ value).to(origin)

@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_flatten
 
 from .allocator import ALLOC, FREE, Trace
 from .cuda_model import block_size
+from .kernels import cuda_op_name
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits_and_loss")
 KEPT = ("weights", "optimizer_state", "ddp_buckets")  # registered with these tags: alive throughout
@@ -233,9 +234,9 @@ class AllocationTracker(TorchDispatchMode):
             # frees happen between ops: settle them before the new block (the allocator replay needs
             # their order; the peak and the budget alone would need them only when it could cross either)
             self._sweep()
-            alloc = Allocation(
-                nbytes, str(func.overloadpacket.__name__), tuple(t.shape), str(t.dtype).replace("torch.", "")
-            )
+            # named as the op CUDA runs: a CPU kernel may stand for it (kernels.cuda_names)
+            op = cuda_op_name(str(func.overloadpacket.__name__))
+            alloc = Allocation(nbytes, op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
             if self.budget is not None and self.failing is None and self.current + nbytes > self.budget:
                 self.failing = alloc
                 self.allocated_at_failure = self.current
