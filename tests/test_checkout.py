@@ -202,3 +202,18 @@ def test_ddp_ranks_are_compiled_like_one_gpu(capsys, monkeypatch):
     one_peak, rank_peak = one["phases"]["train_step"]["peak_bytes"], ddp["phases"]["train_step"]["peak_bytes"]
     assert 0 < rank_peak - one_peak <= buckets + 64 * memory.MiB
     assert ddp["phases"]["train_step"]["reserved_bytes"] >= rank_peak  # judged on reserved memory
+
+
+@needs_nanogpt
+def test_a_key_nanogpt_ignores_cannot_stop_the_run(capsys, copy_of_nanogpt, monkeypatch):
+    """eval_block_size longer than block_size: ignored by an unchanged checkout (a note, a verdict),
+    the end of the run where the guide's get_batch reads it (one line, exit 2)."""
+    monkeypatch.chdir(NANOGPT)
+    args = ["config/train_shakespeare_char.py", "--set", "eval_block_size=512", "--no-search"]
+    rc, out = check_json(capsys, *args, "--phase", "train_step")
+    assert any("eval_block_size = 512" in n for n in out["warnings"])
+    patched = copy_of_nanogpt("eval-oom-12gb/get-batch-eval-call.py")
+    rc = main(["check", *args, "--nanogpt", str(patched)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "eval_block_size 512 is longer than block_size 256" in err
+    assert len(err.strip().splitlines()) == 1

@@ -188,10 +188,6 @@ class TrainConfig:
             raise ConfigError(
                 f"block_size {v['block_size']} is above the model's 1024 (init_from={v['init_from']!r})"
             )
-        if v["eval_block_size"] is not None and v["eval_block_size"] > v["block_size"]:
-            raise ConfigError(
-                f"eval_block_size {v['eval_block_size']} is above the model's block_size {v['block_size']}"
-            )
         if v["init_from"] not in PRETRAINED_SHAPES and v["n_embd"] % v["n_head"] != 0:
             raise ConfigError(f"n_embd ({v['n_embd']}) must be divisible by n_head ({v['n_head']})")
         if not isinstance(v["dropout"], (int, float)) or not 0.0 <= v["dropout"] < 1.0:
