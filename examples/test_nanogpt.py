@@ -20,7 +20,9 @@ Each run is checked from the outside (examples/nanogpt_run.py records it):
 
 from __future__ import annotations
 
-import math
+import contextlib
+import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +31,7 @@ import pytest
 
 from nanogpt_checkout import DROP_STALE, starts_training
 from oomguide import memory, placement
+from oomguide.cli import main
 from oomguide.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -334,53 +337,118 @@ def stored(page: str, key: str) -> int:
     return figures.load()[page][key]["value"]
 
 
+EAGER = ("compile=False",)  # the figures a page gives for the model run eagerly: check --set compile=False
 FIGURES = [
-    # (model.py change, config snippets, phase, page, figure)
-    ((), ("eval-oom-12gb/situation.py",), "train_step", "eval-oom-12gb", "train_peak"),
-    ((), ("eval-oom-12gb/situation.py",), "estimate_loss", "eval-oom-12gb", "eval_peak"),
+    # (snippets: the page's config and code, --set, check's phase, page, figure)
+    (("eval-oom-12gb/situation.py",), EAGER, "train_step", "eval-oom-12gb", "train_peak"),
+    (("eval-oom-12gb/situation.py",), EAGER, "estimate_loss", "eval-oom-12gb", "eval_peak"),
+    (("eval-oom-12gb/situation.py",), EAGER, "estimate_loss_first", "eval-oom-12gb", "eval_peak_first"),
+    (("eval-oom-12gb/situation.py",), (), "train_step", "eval-oom-12gb", "train_peak_compiled"),
+    (("eval-oom-12gb/situation.py",), (), "estimate_loss", "eval-oom-12gb", "eval_peak_compiled"),
+    (("eval-oom-12gb/eval-batch-size.py",), EAGER, "estimate_loss", "eval-oom-12gb", "eval_peak_b4"),
+    (("eval-oom-12gb/eval-block-size.py",), EAGER, "estimate_loss", "eval-oom-12gb", "eval_peak_block512"),
+    (("eval-oom-12gb/n-embd-512.py",), EAGER, "estimate_loss", "eval-oom-12gb", "eval_peak_512"),
+    (("eval-oom-12gb/n-embd-448.py",), EAGER, "estimate_loss", "eval-oom-12gb", "eval_peak_448"),
     (
-        ("eval-oom-12gb/checkpointed_forward.py",),
-        ("eval-oom-12gb/situation.py",),
+        ("eval-oom-12gb/situation.py", "eval-oom-12gb/checkpointed_forward.py"),
+        EAGER,
         "train_step",
         "eval-oom-12gb",
         "ckpt_train_peak",
     ),
+    (("eval-oom-12gb/recommended.py",), EAGER, "train_step", "eval-oom-12gb", "rec_train_peak"),
+    (("eval-oom-12gb/recommended.py",), EAGER, "estimate_loss", "eval-oom-12gb", "rec_eval_peak"),
+    (("eval-oom-12gb/source-combination.py",), EAGER, "train_step", "eval-oom-12gb", "src_train_peak"),
+    (("eval-oom-12gb/source-combination.py",), EAGER, "estimate_loss", "eval-oom-12gb", "src_eval_peak"),
     (
-        ("beyond/four-gb-model.py",),
-        ("beyond/four-gb-config.py",),
+        ("estimate-loss-oom/situation.py",),
+        (),
+        "estimate_loss_first",
+        "estimate-loss-oom",
+        "first_eval_peak_before",
+    ),
+    (
+        ("estimate-loss-oom/situation.py",),
+        EAGER,
+        "estimate_loss_first",
+        "estimate-loss-oom",
+        "eager_first_eval_peak_before",
+    ),
+    (
+        ("estimate-loss-oom/batch-size.py",),
+        (),
         "train_step",
-        "beyond",
-        "four_gb_peak_train_step",
+        "estimate-loss-oom",
+        "fix_batch_peak_train_step",
     ),
     (
-        ("beyond/four-gb-model.py",),
-        ("beyond/four-gb-config.py",),
+        ("estimate-loss-oom/batch-size.py",),
+        (),
         "estimate_loss",
-        "beyond",
-        "four_gb_peak_estimate_loss",
+        "estimate-loss-oom",
+        "fix_batch_peak_estimate_loss",
     ),
+    (("estimate-loss-oom/block-size.py",), (), "train_step", "estimate-loss-oom", "block_train_peak"),
+    (
+        ("estimate-loss-oom/block-size.py",),
+        (),
+        "estimate_loss_first",
+        "estimate-loss-oom",
+        "block_first_eval_peak",
+    ),
+    (("estimate-loss-oom/expected.py",), (), "train_step", "estimate-loss-oom", "expected_peak_train_step"),
+    (
+        ("estimate-loss-oom/expected.py",),
+        (),
+        "estimate_loss",
+        "estimate-loss-oom",
+        "expected_peak_estimate_loss",
+    ),
+    (("beyond/four-gb-config.py",), EAGER, "train_step", "beyond", "four_gb_peak_train_step"),
+    (("beyond/four-gb-config.py",), EAGER, "estimate_loss", "beyond", "four_gb_peak_estimate_loss"),
+    (("beyond/four-gb-config.py",), (), "train_step", "beyond", "four_gb_compiled_peak_train_step"),
+    (("beyond/four-gb-config.py",), (), "estimate_loss", "beyond", "four_gb_compiled_peak_estimate_loss"),
 ]
+_CHECKED: dict = {}
 
 
-@pytest.mark.parametrize("change, configs, phase, page, key", FIGURES, ids=[f[-1] for f in FIGURES])
-def test_figures_hold_on_the_patched_nanogpt_model(nanogpt, report, change, configs, phase, page, key):
-    folder = nanogpt.copy(f"model-{key}")
-    for rel in change:
-        target = folder / "model.py"
-        target.write_text(
-            placement.apply(
-                PLACEMENTS[rel], (ROOT / "snippets" / rel).read_text(encoding="utf-8"), target.read_text()
-            )
-        )
-    config = load_config([ROOT / "snippets" / c for c in configs], [])
-    source = memory.load_model_source(folder / "model.py")
-    theirs = memory.predict(config, phase, memory.DEFAULT_GPU_MEMORY, source=source).peak_bytes
+def check_on_nanogpt(nanogpt, snippets, overrides) -> dict:
+    """`oomguide check --json` on a copy of the reader's checkout with `snippets` applied (code where
+    placement.toml says; config snippets as the config files, in order), as a reader would run it."""
+    key = (snippets, overrides)
+    if key not in _CHECKED:
+        folder = nanogpt.copy("check-" + Path(snippets[-1]).stem)
+        files = []
+        for rel in placement.expand(snippets, PLACEMENTS):
+            place = PLACEMENTS[rel]
+            if place.is_code:
+                target = folder / place.file
+                text = (ROOT / "snippets" / rel).read_text(encoding="utf-8")
+                target.write_text(placement.apply(place, text, target.read_text(encoding="utf-8")), "utf-8")
+            elif place.kind == "config":
+                files.append(str(ROOT / "snippets" / rel))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            argv = ["check", *files, "--nanogpt", str(folder), "--json", "--no-search"]
+            rc = main([*argv, *(f"--set={o}" for o in overrides)])
+        assert rc in (0, 1), out.getvalue()
+        _CHECKED[key] = json.loads(out.getvalue())
+    return _CHECKED[key]
+
+
+@pytest.mark.parametrize("snippets, overrides, check, page, key", FIGURES, ids=[f[-1] for f in FIGURES])
+def test_page_figures_are_what_check_says_in_nanogpt(nanogpt, report, snippets, overrides, check, page, key):
+    """Each peak a page prints for a config is, to the byte, what `oomguide check` says for exactly that
+    config in a nanoGPT checkout with the page's snippets (the code the checkout then has decides)."""
+    out = check_on_nanogpt(nanogpt, snippets, overrides)
+    theirs = out["phases"][check]["peak_bytes"]
     ours = stored(page, key)
     report(
-        f"nanoGPT model.py {'+ ' + ', '.join(change) if change else '(stock)'}: {phase} "
-        f"{memory.fmt_bytes(theirs)}, page {page}.{key} {memory.fmt_bytes(ours)}"
+        f"check in nanoGPT + {', '.join(snippets)}{' --set ' + ' '.join(overrides) if overrides else ''}: "
+        f"{check} {memory.fmt_bytes(theirs)}, page {page}.{key} {memory.fmt_bytes(ours)} "
+        f"(model.py: {out['code']['model']})"
     )
-    assert math.isclose(theirs, ours, rel_tol=0.01)
+    assert theirs == ours
 
 
 def test_full_scale_runs_are_capped_where_predicted_to_fit(nanogpt, tmp_path, report):
