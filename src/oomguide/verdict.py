@@ -243,6 +243,7 @@ def verdict(request: Request | Run, progress=None, prefetch: bool = False) -> di
         "config": config.sources,
         "code": {
             "where": code.where,
+            "path": str(code.path) if code.path else None,
             "eval_batch_size": code.eval_batch_size,
             "eval_block_size": code.eval_block_size,
             "drops_stale_logits": code.drops_stale_logits,

@@ -153,6 +153,10 @@ def _prediction_lines(result: Explanation, lang: str) -> list[str]:
         "",
         t(TEXT["h_prediction"]).format(card=fmt(p["gpu_memory_bytes"]), usable=fmt(p["usable_bytes"])),
     ]
+    if "compiled" in p:  # the one verdict's dict (oomguide.verdict): say what it ran
+        path = p["code"].get("path")
+        key = f"pred_{'compiled' if p['compiled'] else 'eager'}_{'checkout' if path else 'released'}"
+        lines.append("  " + t(TEXT[key]).format(path=path))
     for phase, r in p["phases"].items():
         if r["fits"]:
             lines.append("  " + t(TEXT["pred_fits"]).format(phase=phase, peak=fmt(r["peak_bytes"])))

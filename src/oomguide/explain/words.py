@@ -65,6 +65,20 @@ TEXT: dict[str, str] = {
     "h_prediction": N_(
         "Prediction for this config on a card of {card} ({usable} for PyTorch after the CUDA context)"
     ),
+    "pred_compiled_checkout": N_(
+        "as oomguide check predicts it for the nanoGPT checkout {path}: the model compiled (compile = True)"
+    ),
+    "pred_eager_checkout": N_(
+        "as oomguide check predicts it for the nanoGPT checkout {path}: the model run eagerly (compile = False)"
+    ),
+    "pred_compiled_released": N_(
+        "as oomguide check predicts it for nanoGPT as released (no checkout found): the model compiled "
+        "(compile = True)"
+    ),
+    "pred_eager_released": N_(
+        "as oomguide check predicts it for nanoGPT as released (no checkout found): the model run eagerly "
+        "(compile = False)"
+    ),
     "pred_fits": N_("{phase}: predicted peak {peak}, fits"),
     "pred_no": N_(
         '{phase}: predicted peak {peak}, does not fit; the first allocation that fails: "Tried to '
