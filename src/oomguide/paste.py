@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import html
 import io
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -78,7 +79,7 @@ def box_html(lang: str, page_url: str, pyodide: bool) -> str:
         return html.escape(t(WORDS[key]), quote=True)
 
     base = base_of(page_url)
-    status = "" if pyodide else html.escape(t(WORDS["missing"]))
+    status = "" if pyodide else re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(t(WORDS["missing"])))
     disabled = "" if pyodide else " disabled"
     return (
         f'<div class="oomguide-paste" data-lang="{lang}" data-base="{base}" '
