@@ -6,10 +6,14 @@ tests skip, unless OOMGUIDE_REQUIRE_BROWSER=1 (set by .ci/run), where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
+import io
+import json
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -193,3 +197,125 @@ def test_notebook_is_a_page_with_charts(page, server):
         )
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"notebook-{lang}.png"), full_page=True)
+
+
+# --- the paste box: `oomguide explain` in the browser (issue 24) -----------------------------------
+MESSAGES = sorted((ROOT / "tests" / "golden" / "messages").glob("*.txt"))
+UNREADABLE = "RuntimeError: something else went wrong\n"
+
+
+def _require_pyodide(site: Path):
+    if (site / "assets" / "pyodide" / "pyodide.asm.wasm").is_file():
+        return
+    reason = "the site was built without Pyodide (run `npm ci` first: package.json)"
+    if os.environ.get("OOMGUIDE_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"paste-box tests required (OOMGUIDE_REQUIRE_BROWSER=1) but {reason}")
+    pytest.skip(reason)
+
+
+def cli_answer(text: str, lang: str, base: str) -> str:
+    """What `oomguide explain - --lang LANG` prints for `text` on stdin, with the site's links from `base`
+    (OOMGUIDE_SITE_URL): its answer, or its one error line."""
+    from oomguide import cli
+
+    argv = ["explain", "-", "--lang", lang]
+    stdin, before = sys.stdin, os.environ.get("OOMGUIDE_SITE_URL")
+    sys.stdin, os.environ["OOMGUIDE_SITE_URL"] = io.StringIO(text), base
+    try:
+        with (
+            contextlib.redirect_stdout(io.StringIO()) as out,
+            contextlib.redirect_stderr(io.StringIO()) as err,
+        ):
+            rc = cli._main(argv)
+    finally:
+        sys.stdin = stdin
+        if before is None:
+            del os.environ["OOMGUIDE_SITE_URL"]
+        else:
+            os.environ["OOMGUIDE_SITE_URL"] = before
+    return out.getvalue().rstrip("\n") if rc == 0 else err.getvalue().strip()
+
+
+def paste_and_explain(page, text: str, timeout: float = 120_000) -> tuple[str, int]:
+    """Paste `text` into the page's box, press its button, and return (what the box shows, milliseconds)."""
+    box = page.locator(".oomguide-paste")
+    done = int(box.get_attribute("data-answers") or 0)
+    box.locator("textarea").fill(text)
+    box.locator(".oomguide-paste__button").click()
+    page.wait_for_function(
+        "n => Number(document.querySelector('.oomguide-paste').dataset.answers || 0) > n",
+        arg=done,
+        timeout=timeout,
+    )
+    answer = box.locator(".oomguide-paste__answer")
+    shown = (
+        answer.inner_text() if answer.is_visible() else box.locator(".oomguide-paste__status").inner_text()
+    )
+    return shown.rstrip("\n"), int(box.get_attribute("data-last-ms"))
+
+
+def _record_timing(name: str, ms: int) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / "paste-timings.json"
+    timings = json.loads(path.read_text()) if path.exists() else {}
+    timings[name] = ms
+    path.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_paste_page_explains_every_message_as_the_cli_does(page, server, site, lang):
+    """Every golden message (every format PyTorch prints, tracebacks, input cut short) pasted into the
+    paste page of each language: the box shows the CLI's text, its links relative, to this language's
+    pages; input it cannot read gets the CLI's error line. Pyodide loads once, on the first press."""
+    _require_pyodide(site)
+    page.goto(url_of(server, lang, "paste/"))
+    box = page.locator(".oomguide-paste")
+    base = box.get_attribute("data-base")
+    assert base == (".." if lang == "en" else "../.."), base
+    assert not [u for u in page.requests if "/assets/pyodide/" in u or "explain.zip" in u], (
+        f"{lang}: Pyodide was fetched before the button was pressed"
+    )
+    box.locator("textarea").fill(MESSAGES[0].read_text(encoding="utf-8"))
+    box.locator(".oomguide-paste__button").click()
+    progress = box.locator(".oomguide-paste__status").inner_text()
+    assert progress == box.get_attribute("data-loading"), f"{lang}: no progress line while Pyodide loads"
+    page.wait_for_function("() => document.querySelector('.oomguide-paste').dataset.answers", timeout=180_000)
+    _record_timing(
+        f"{lang} first answer (Pyodide loaded on the press, empty cache)",
+        int(box.get_attribute("data-last-ms")),
+    )
+    for i, message in enumerate(MESSAGES):
+        text = message.read_text(encoding="utf-8")
+        shown, ms = paste_and_explain(page, text)
+        if i == 0:
+            _record_timing(f"{lang} next answer (same page)", ms)
+        assert shown == cli_answer(text, lang, base), f"{lang}: {message.name}: the box and the CLI differ"
+    links = box.locator(".oomguide-paste__answer a")
+    assert links.count() > 0, f"{lang}: the last answer has no link"
+    prefix = url_of(server, lang)
+    for i in range(links.count()):
+        href = links.nth(i).get_attribute("href")
+        assert href.startswith(base + "/"), f"{lang}: {href} is not relative to the site's root"
+        absolute = links.nth(i).evaluate("a => a.href")
+        assert absolute.startswith(prefix) and "#" in absolute, f"{lang}: {absolute} leaves {prefix}"
+    shown, _ = paste_and_explain(page, UNREADABLE)
+    assert shown == cli_answer(UNREADABLE, lang, base) and "\n" not in shown, f"{lang}: {shown!r}"
+    assert not box.locator(".oomguide-paste__answer").is_visible()
+    assert page.errors == [], f"{lang}: JavaScript errors on the paste page: {page.errors}"
+
+
+@pytest.mark.parametrize("lang", ["en", "ja"])
+def test_home_page_box_explains(page, server, site, lang):
+    _require_pyodide(site)
+    page.goto(url_of(server, lang))
+    base = page.locator(".oomguide-paste").get_attribute("data-base")
+    assert base == ("." if lang == "en" else "..")
+    text = next(m for m in MESSAGES if m.name == "fragmentation.txt").read_text(encoding="utf-8")
+    shown, _ = paste_and_explain(page, text)
+    assert shown == cli_answer(text, lang, base)
+    href = page.locator(".oomguide-paste__answer a").first.evaluate("a => a.href")
+    assert href.startswith(url_of(server, lang)), href
+    response = page.goto(href)
+    assert response is not None and response.ok
+    anchor = href.split("#", 1)[1]
+    assert page.locator(f"[id='{anchor}']").count() == 1, f"{lang}: {href} lands on no section"

@@ -6,7 +6,8 @@ language has a catalog, ``locale/<lang>/LC_MESSAGES/<domain>.po`` in this packag
 translators' tools (Poedit, Weblate, Lokalize) open; ``locale/<domain>.pot`` is the template they
 start a new language from. At run time a catalog is read straight from its ``.po`` file with Babel
 and compiled in memory, so there is no build step; ``pyproject.toml`` ships the files as package
-data. An untranslated or fuzzy entry falls back to English.
+data. The site's paste box runs the same code in the browser without Babel: the site's build
+compiles the same ``.po`` files to ``.mo`` (``compile_catalog``), which are read where no ``.po`` is. An untranslated or fuzzy entry falls back to English.
 
 Domains: ``explain`` (everything ``oomguide explain`` prints: the ``explain`` package) and
 ``site`` (the words the site's hooks put on pages). ``DOMAINS`` says which source files feed which
@@ -33,7 +34,7 @@ LOCALE = PACKAGE / "locale"
 # domain -> source files (relative to the package) whose _() / N_() strings it holds
 DOMAINS: dict[str, tuple[str, ...]] = {
     "explain": ("explain/*.py",),
-    "site": ("site_hooks.py", "placement.py"),
+    "site": ("site_hooks.py", "placement.py", "paste.py"),
 }
 KEYWORDS = {"_": None, "N_": None}
 
@@ -54,15 +55,24 @@ def translations(lang: str, domain: str) -> gettext.NullTranslations:
         raise ValueError(f"unknown language {lang!r} (known: {', '.join(LANGS)})")
     if lang == SOURCE_LANG:
         return gettext.NullTranslations()
+    po = po_path(lang, domain)
+    if po.exists():
+        data = compile_catalog(po, lang, domain)
+    else:  # the site's paste box: the package without Babel, its .po compiled by the build (site_hooks)
+        data = po.with_suffix(".mo").read_bytes()
+    return gettext.GNUTranslations(io.BytesIO(data))
+
+
+def compile_catalog(po: Path, lang: str, domain: str) -> bytes:
+    """A .po file as .mo bytes, compiled with Babel; fuzzy entries are left out (they fall back to English)."""
     from babel.messages.mofile import write_mo
     from babel.messages.pofile import read_po
 
-    with po_path(lang, domain).open("rb") as f:
+    with po.open("rb") as f:
         catalog = read_po(f, locale=lang, domain=domain)
     buffer = io.BytesIO()
-    write_mo(buffer, catalog)  # fuzzy entries are left out: they fall back to English
-    buffer.seek(0)
-    return gettext.GNUTranslations(buffer)
+    write_mo(buffer, catalog)
+    return buffer.getvalue()
 
 
 def gettext_for(lang: str, domain: str = "explain"):

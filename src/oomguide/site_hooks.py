@@ -9,6 +9,9 @@ Jobs:
 * **Figures.** Every page's Markdown goes through :func:`oomguide.figures.render`, so a
   ``{{ key }}`` placeholder becomes the figure the examples computed, formatted for the
   page's language. A missing figure fails the build with the file and the key.
+* **The paste box.** A page's ``<!-- oomguide:paste-box -->`` becomes the box in which
+  ``oomguide explain`` runs in the browser; the build puts Pyodide and the torch-free package into
+  the site (:mod:`oomguide.paste`).
 * **Notebook headings.** A heading in a notebook's Markdown cell takes an explicit English
   anchor like a page's, ``## 内訳 { #the-breakdown }``; nbconvert would give a Japanese or
   Chinese heading an empty id and mkdocs-jupyter's table of contents ``#_1``, so the hook sets
@@ -49,7 +52,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
-from oomguide import figures, notebooks, placement
+from oomguide import figures, notebooks, paste, placement
 
 DEFAULT_LANG = "en"
 
@@ -65,6 +68,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if isinstance(page.file, NotebookPage):
         return markdown  # a notebook computes its numbers itself, executed at every build
     lang, stem = page_lang_and_stem(page.file.src_uri)
+    root = Path(config.config_file_path).parent
+    markdown = paste.add_box(markdown, lang, page.url, paste.has_pyodide(root))
     try:
         markdown = add_placements(markdown, lang)
         return figures.render(markdown, stem, lang)
@@ -268,7 +273,10 @@ def on_post_build(config) -> None:
     language is a build of its own, so each would delete the other languages' notebooks and
     `mkdocs serve` would execute all five on every change. With the cache off (the tests and
     .ci/run), there is nothing to keep.
+
+    Also puts the paste box's Python and Pyodide into the site (:func:`oomguide.paste.write_assets`).
     """
+    paste.write_assets(Path(config.config_file_path).parent, Path(config.site_dir))
     plugin = config.plugins.get("mkdocs-jupyter")
     if plugin is None or not plugin.config.get("cache"):
         return

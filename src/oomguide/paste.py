@@ -1,0 +1,146 @@
+"""The site's paste box: ``oomguide explain`` in the reader's browser, offline (issue 24).
+
+What it does, for the site's hooks (``site_hooks.py``):
+
+* **The box.** A page holds the line ``<!-- oomguide:paste-box -->``; :func:`box_html` replaces it
+  with a text area, a button, a status line and the answer's place, worded in the page's language
+  (the ``site`` catalogs), and the way from the page to the site's root (``data-base``), which the
+  answer's links start with. ``docs/assets/paste.js`` does the rest in the browser.
+* **What the browser runs.** :func:`bundle` packs the torch-free part of this package that
+  ``oomguide explain`` uses for a message without a config (``BUNDLE``) into one zip, with the
+  ``explain`` catalogs compiled to ``.mo`` from the same ``.po`` files the CLI reads
+  (``i18n.compile_catalog``): Pyodide's Python has the standard library's ``gettext`` but no Babel.
+  The browser calls :func:`oomguide.explain.browser.answer`, the CLI's own ``explain`` and ``render``.
+* **Pyodide.** From the npm registry's ``pyodide`` package (``package.json``, ``package-lock.json``;
+  ``npm ci`` puts it in ``node_modules/pyodide``, which git ignores): :func:`write_assets` copies the
+  files Pyodide needs to start its interpreter and standard library (``PYODIDE_FILES``) into
+  ``site/assets/pyodide/``. Without them the build still passes and the box says how to get them.
+
+Nothing is fetched until the reader presses the button; nothing is fetched from outside the site.
+It must never explain anything itself (that is ``oomguide.explain``).
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+import shutil
+import zipfile
+from pathlib import Path
+
+from . import i18n
+from .i18n import N_, gettext_for
+
+PACKAGE = Path(__file__).resolve().parent
+MARKER = "<!-- oomguide:paste-box -->"
+PYODIDE_FILES = ("pyodide.js", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
+PYODIDE_DIR = "assets/pyodide"  # under the built site
+BUNDLE_PATH = "assets/oomguide/explain.zip"
+# the modules `oomguide explain` imports for a message without a config (tests/test_explain.py checks
+# that they import neither torch nor numpy; tests/test_browser.py runs them in chromium)
+BUNDLE = ("__init__.py", "units.py", "figures.py", "i18n.py", "explain/*.py")
+
+PLACEHOLDER = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …"  # PyTorch's words
+WORDS = {
+    "label": N_("Your CUDA out-of-memory message, or the whole traceback"),
+    "button": N_("Explain"),
+    "loading": N_("Loading Python into this page (Pyodide, once per visit) …"),
+    "reading": N_("Reading the message …"),
+    "missing": N_(
+        "This build of the site has no Pyodide, so the box cannot answer: run `npm ci` in the "
+        "repository, then build or serve the site again. `oomguide explain` gives the same answer."
+    ),
+    "failed": N_("Pyodide could not start in this browser: {error}"),
+}
+
+
+def pyodide_source(root: Path) -> Path:
+    """Where ``npm ci`` (package.json) puts Pyodide in a checkout."""
+    return root / "node_modules" / "pyodide"
+
+
+def has_pyodide(root: Path) -> bool:
+    source = pyodide_source(root)
+    return all((source / name).is_file() for name in PYODIDE_FILES)
+
+
+def base_of(page_url: str) -> str:
+    """The way from a page (its URL, ``ja/paste/``) to the site's root: ``../..``; ``.`` at the root."""
+    depth = len([part for part in page_url.split("/") if part])
+    return "/".join([".."] * depth) or "."
+
+
+def box_html(lang: str, page_url: str, pyodide: bool) -> str:
+    """The box, in `lang`, for the page at `page_url`."""
+    t = gettext_for(lang, "site")
+
+    def attr(key: str) -> str:
+        return html.escape(t(WORDS[key]), quote=True)
+
+    base = base_of(page_url)
+    status = "" if pyodide else re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(t(WORDS["missing"])))
+    disabled = "" if pyodide else " disabled"
+    return (
+        f'<div class="oomguide-paste" data-lang="{lang}" data-base="{base}" '
+        f'data-pyodide="{"yes" if pyodide else "missing"}" data-loading="{attr("loading")}" '
+        f'data-reading="{attr("reading")}" data-failed="{attr("failed")}">\n'
+        f'<label class="oomguide-paste__label">{html.escape(t(WORDS["label"]))}\n'
+        f'<textarea class="oomguide-paste__input" rows="8" spellcheck="false" '
+        f'placeholder="{html.escape(PLACEHOLDER, quote=True)}"></textarea></label>\n'
+        f'<button type="button" class="md-button md-button--primary oomguide-paste__button"{disabled}>'
+        f"{html.escape(t(WORDS['button']))}</button>\n"
+        f'<p class="oomguide-paste__status" role="status">{status}</p>\n'
+        f'<pre class="oomguide-paste__answer" hidden><code></code></pre>\n'
+        f"</div>\n"
+        f'<script src="{base}/assets/paste.js" defer></script>'
+    )
+
+
+def add_box(markdown: str, lang: str, page_url: str, pyodide: bool) -> str:
+    if MARKER not in markdown:
+        return markdown
+    return markdown.replace(MARKER, box_html(lang, page_url, pyodide))
+
+
+def bundle() -> bytes:
+    """The zip the browser unpacks: ``oomguide/...`` (the modules of ``BUNDLE``) and the compiled catalogs."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        for pattern in BUNDLE:
+            for path in sorted(PACKAGE.glob(pattern)):
+                _add(z, f"oomguide/{path.relative_to(PACKAGE).as_posix()}", path.read_bytes())
+        for lang in i18n.LANGS:
+            if lang == i18n.SOURCE_LANG:
+                continue
+            po = i18n.po_path(lang, "explain")
+            mo = po.with_suffix(".mo").relative_to(PACKAGE).as_posix()
+            _add(z, f"oomguide/{mo}", i18n.compile_catalog(po, lang, "explain"))
+    return buffer.getvalue()
+
+
+def _add(z: zipfile.ZipFile, name: str, data: bytes) -> None:
+    """One file, with a fixed date: the same sources give the same zip."""
+    z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data, zipfile.ZIP_DEFLATED)
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy unless the same file is there already (each language's build calls the hook)."""
+    if target.exists():
+        a, b = source.stat(), target.stat()
+        if a.st_size == b.st_size and int(a.st_mtime) == int(b.st_mtime):
+            return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, target)
+
+
+def write_assets(root: Path, site_dir: Path) -> None:
+    """Pyodide (if ``npm ci`` installed it) and the bundle, into the built site."""
+    if has_pyodide(root):
+        for name in PYODIDE_FILES:
+            _copy(pyodide_source(root) / name, site_dir / PYODIDE_DIR / name)
+    target = site_dir / BUNDLE_PATH
+    data = bundle()
+    if not (target.exists() and target.read_bytes() == data):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)

@@ -1,0 +1,97 @@
+"""The paste box's Python (issue 24) without a browser: what the site's build packs for Pyodide runs on
+the standard library alone and answers as the CLI does; the box as the pages get it.
+
+tests/test_browser.py pastes the same messages into the box in chromium.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from oomguide import paste
+from oomguide.explain import browser
+
+ROOT = Path(__file__).resolve().parents[1]
+MESSAGES = sorted((ROOT / "tests" / "golden" / "messages").glob("*.txt"))
+LANGS = ("en", "ja", "zh", "de", "fr")
+
+# In a fresh interpreter that sees only the standard library and the bundle (no Babel, no torch, no
+# numpy, no site-packages): the answer for each message and language, as JSON.
+RUN_BUNDLE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+for blocked in ("babel", "torch", "numpy"):
+    sys.modules[blocked] = None  # an import of it fails
+from oomguide.explain.browser import answer
+out = {}
+for path in sys.argv[2:]:
+    text = open(path, encoding="utf-8").read()
+    for lang in ("en", "ja", "zh", "de", "fr"):
+        out[f"{path} {lang}"] = json.loads(answer(text, lang, "../.."))
+print(json.dumps(out))
+"""
+
+
+def test_the_bundle_answers_like_the_cli_on_the_standard_library_alone(tmp_path):
+    with zipfile.ZipFile(io.BytesIO(paste.bundle())) as z:
+        names = z.namelist()
+        z.extractall(tmp_path)
+    assert "oomguide/explain/browser.py" in names
+    assert not [n for n in names if n.endswith(".po")], "the browser reads compiled catalogs only"
+    assert {f"oomguide/locale/{lang}/LC_MESSAGES/explain.mo" for lang in LANGS[1:]} <= set(names)
+    files = [str(m) for m in MESSAGES]
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", RUN_BUNDLE, str(tmp_path), *files],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = json.loads(done.stdout)
+    for path in files:
+        text = Path(path).read_text(encoding="utf-8")
+        for lang in LANGS:
+            assert answers[f"{path} {lang}"] == json.loads(browser.answer(text, lang, "../..")), (path, lang)
+
+
+def test_the_bundle_is_the_same_for_the_same_sources():
+    assert paste.bundle() == paste.bundle()
+
+
+@pytest.mark.parametrize(
+    ("url", "base"), [("", "."), ("ja/", ".."), ("paste/", ".."), ("ja/paste/", "../..")]
+)
+def test_base_is_the_way_to_the_sites_root(url, base):
+    assert paste.base_of(url) == base
+
+
+def test_links_are_relative_and_in_the_readers_language():
+    text = (ROOT / "tests" / "golden" / "messages" / "fragmentation.txt").read_text(encoding="utf-8")
+    out = json.loads(browser.answer(text, "de", "../.."))
+    assert out["links"] and all(link.startswith("../../de/") for link in out["links"])
+    assert all(link in out["text"] for link in out["links"])
+    assert "127.0.0.1" not in out["text"]
+
+
+def test_unreadable_input_is_the_clis_error_line():
+    out = json.loads(browser.answer("hello", "ja", ".."))
+    assert out == {
+        "error": "oomguide explain: error: no CUDA out-of-memory message ('Tried to allocate …') in stdin"
+    }
+
+
+def test_without_pyodide_the_box_says_so_and_the_page_still_builds():
+    html = paste.box_html("fr", "fr/paste/", pyodide=False)
+    assert 'data-pyodide="missing"' in html and " disabled>" in html
+    assert "npm ci" in html and "Pyodide" in html
+    with_it = paste.box_html("fr", "fr/paste/", pyodide=True)
+    assert 'data-pyodide="yes"' in with_it and "disabled" not in with_it
+    assert 'src="../../assets/paste.js"' in with_it
