@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .. import units
-from ..i18n import LANGS
+from ..i18n import LANGS, default_lang
 from .diagnosis import explain
 from .formats import ExplainError
 from .render import render
@@ -70,7 +70,11 @@ def add_arguments(parser) -> None:
         "units GiB, GB, MiB, MB",
     )
     parser.add_argument(
-        "--lang", choices=LANGS, default="en", help="language of the explanation and the links"
+        "--lang",
+        choices=LANGS,
+        default=default_lang(),
+        help="language of the explanation, the links and error lines (default: from LC_ALL, "
+        "LC_MESSAGES or LANG, else en)",
     )
     parser.add_argument(
         "--no-predict",
