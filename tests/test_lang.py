@@ -106,3 +106,8 @@ def test_english_is_the_library_text_and_unknown_text_stays():
     text = "something the catalog never heard of: 3.00 GiB"
     assert messages.translate(text, "ja") == text
     assert messages.translate("config file not found: a.py", "en") == "config file not found: a.py"
+
+
+def test_every_reader_of_a_guide_key_is_translated():
+    """A note names the code that reads a key only the guide's change adds (checkout.GUIDE_KEYS)."""
+    assert {reader for reader, _, _ in checkout.GUIDE_KEYS.values()} <= set(messages.READERS)

@@ -8,7 +8,8 @@ is turned into a pattern (literal text matched exactly, a placeholder matching a
 sentence and its pattern are one string and cannot disagree. A match gives the catalog's sentence
 with the same values put back: paths, sizes as PyTorch prints them (``8.30 GiB``), config keys
 and figures stay exactly as the library wrote them. A placeholder named ``reason`` or ``code``
-holds another of these messages and is translated in turn; one named ``choices`` is a list of
+holds another of these messages and is translated in turn, one named ``reader`` one of
+``READERS``; one named ``choices`` is a list of
 names joined by " or ", joined again with the language's word. Text that matches no msgid is
 shown as it is, in English.
 
@@ -27,6 +28,12 @@ import re
 from .i18n import N_, SOURCE_LANG, gettext_for
 
 RECURSIVE = ("reason", "code")
+# TRANSLATORS: the code that reads a key only the guide's change adds ({reader} in a note below)
+READERS: tuple[str, ...] = (
+    N_("train.py's estimate_loss()"),
+    N_("train.py's estimate_loss() and get_batch()"),
+    N_("model.py's GPT.forward"),
+)
 # TRANSLATORS: between two card names the reader chooses from ("RTX 4060 Ti 8GB or RTX 4060 Ti 16GB")
 OR = N_(" or ")
 
@@ -166,6 +173,9 @@ def translate(text: str, lang: str) -> str:
         if name in values:
             values[name] = translate(values[name], lang)
     _ = gettext_for(lang, "check")
-    if "choices" in values:
-        values["choices"] = _(OR).join(values["choices"].split(OR))
+    reader, choices = values.get("reader"), values.get("choices")
+    if reader in READERS:
+        values["reader"] = _(reader)
+    if choices is not None:
+        values["choices"] = _(OR).join(choices.split(OR))
     return _(msgid).format(**values)
