@@ -68,6 +68,20 @@ CHECK_CASES: list[tuple[str, tuple[str, ...]]] = [
     # (situation.py + recommended.py is left out: with eval_batch_size its batch search runs
     # thousands of chunked forwards, minutes on a shared 2-core machine)
     ("beyond-four-gb", ("snippets/beyond/four-gb-config.py", "--gpu-memory", "4GiB")),
+    # two ranks under DDP: the lines only several processes print (one phase, no search: seconds)
+    (
+        "beyond-four-gb-ddp2-train-step",
+        (
+            "snippets/beyond/four-gb-config.py",
+            "--gpu-memory",
+            "4GiB",
+            "--nproc-per-node",
+            "2",
+            "--phase",
+            "train_step",
+            "--no-search",
+        ),
+    ),
 ]
 
 

@@ -45,6 +45,10 @@ TEXT: dict[str, str] = {
         "{n} processes ({strategy}), figures per rank: gradient_accumulation_steps {steps} -> "
         "{steps_per_rank} per rank, {tokens} tokens per iteration"
     ),
+    "processes_ddp": N_(
+        "{n} processes ({strategy}), figures per rank: gradient_accumulation_steps {steps} -> "
+        "{steps_per_rank} per rank, {tokens} tokens per iteration; {buckets}"
+    ),
     "ddp_buckets": N_("DDP's gradient buckets {size}"),
     "ddp_buckets_views": N_("DDP's gradient buckets {size} (the gradients are views into them)"),
     "config": N_("config: {settings}"),
@@ -101,6 +105,7 @@ TEXT: dict[str, str] = {
     "part_optimizer_state": N_("optimizer state"),
     "part_activations": N_("activations"),
     "part_logits_and_loss": N_("logits and loss"),
+    "part_ddp_buckets": N_("ddp buckets"),
     "max_batch_note": N_("largest batch_size: {note}"),
     "max_batch": N_("largest batch_size that fits: {n}"),
     "max_batch_none": N_("not even batch_size=1 fits"),
@@ -174,8 +179,7 @@ def render(out: dict, config, lang: str = "en") -> str:
     )
     lines.append(say("allocator", setting=translate(out["alloc_conf"], lang)))
     if several:
-        line = say(
-            "processes",
+        counts = dict(
             n=out["world_size"],
             strategy=out["strategy"],
             steps=config.gradient_accumulation_steps,
@@ -184,8 +188,11 @@ def render(out: dict, config, lang: str = "en") -> str:
         )
         if out["strategy"] == "ddp":
             buckets = "ddp_buckets_views" if out["gradient_as_bucket_view"] else "ddp_buckets"
-            line += "; " + say(buckets, size=fmt(out["ddp_bucket_bytes"]))
-        lines.append(line)
+            lines.append(
+                say("processes_ddp", buckets=say(buckets, size=fmt(out["ddp_bucket_bytes"])), **counts)
+            )
+        else:
+            lines.append(say("processes", **counts))
     shape = out["shape"]
     settings = (
         f"batch_size={config.batch_size} block_size={shape['block_size']} dtype={config.dtype} "
