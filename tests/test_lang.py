@@ -111,3 +111,18 @@ def test_english_is_the_library_text_and_unknown_text_stays():
 def test_every_reader_of_a_guide_key_is_translated():
     """A note names the code that reads a key only the guide's change adds (checkout.GUIDE_KEYS)."""
     assert {reader for reader, _, _ in checkout.GUIDE_KEYS.values()} <= set(messages.READERS)
+
+
+def test_option_errors_are_translated_and_argparse_wording_is_left_whole(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["check", "x.py", "--gpu-memory", "0GiB", "--lang", "ja"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "oomguide：エラー：引数 --gpu-memory：サイズは 0 より大きくなければなりません（指定値：'0GiB'）\n"
+    )
+    with pytest.raises(SystemExit):
+        main(["check", "x.py", "--phase", "nope", "--lang=de"])
+    err = capsys.readouterr().err  # argparse's own sentence: English as argparse wrote it, not half of it
+    assert err.startswith("oomguide: Fehler: argument --phase: invalid choice: 'nope'"), err

@@ -37,8 +37,14 @@ READERS: tuple[str, ...] = (
 # TRANSLATORS: between two card names the reader chooses from ("RTX 4060 Ti 8GB or RTX 4060 Ti 16GB")
 OR = N_(" or ")
 
+# TRANSLATORS: an option's value refused: argparse names the option, then the library's message
+ARGUMENT = N_("argument {option}: {reason}")
+# what a placeholder of this name can be (any other: any text)
+SHAPES = {"key": r"\w+", "option": r"--[\w-]+"}
+
 # Order matters where two could match the same text: the more specific first.
 MESSAGES: tuple[str, ...] = (
+    ARGUMENT,  # first: its {reason} is one of the others
     # TRANSLATORS: errors: the config files and overrides (config.py).
     # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
     # key, a figure), put back unchanged: keep them all.
@@ -98,10 +104,6 @@ MESSAGES: tuple[str, ...] = (
     N_("file not found: {path}"),
     N_("{path} is a directory, not a file"),
     N_("cannot read {path}: {reason}"),
-    # TRANSLATORS: an option's value refused (argparse names the option, then the library's message).
-    # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
-    # key, a figure), put back unchanged: keep them all.
-    N_("argument {option}: {reason}"),
     # TRANSLATORS: what check says about the run: the card, the allocator, the vocab, the code.
     # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
     # key, a figure), put back unchanged: keep them all.
@@ -147,7 +149,8 @@ def _pattern(msgid: str) -> re.Pattern:
     for literal, name in re.findall(r"([^{]*)(?:\{(\w+)\}|$)", msgid):
         parts.append(re.escape(literal))
         if name:
-            parts.append(f"(?P={name})" if name in seen else f"(?P<{name}>.+?)")
+            shape = SHAPES.get(name, ".+?")
+            parts.append(f"(?P={name})" if name in seen else f"(?P<{name}>{shape})")
             seen.add(name)
     return re.compile("".join(parts), re.S)
 
@@ -169,6 +172,8 @@ def translate(text: str, lang: str) -> str:
     if found is None:
         return text
     msgid, values = found
+    if msgid == ARGUMENT and match(values["reason"]) is None:
+        return text  # argparse's own wording ("invalid choice: ..."): English, rather than half of it
     for name in RECURSIVE:
         if name in values:
             values[name] = translate(values[name], lang)
