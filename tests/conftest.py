@@ -50,6 +50,15 @@ def site(site_build: SiteBuild) -> Path:
     return site_build.site
 
 
+@pytest.fixture(autouse=True)
+def english_locale(monkeypatch):
+    """The CLI speaks the environment's language by default (LC_ALL, LC_MESSAGES, LANG): the tests
+    read its English unless they ask for another language with --lang."""
+    for name in ("LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--update-golden",

@@ -68,6 +68,20 @@ CHECK_CASES: list[tuple[str, tuple[str, ...]]] = [
     # (situation.py + recommended.py is left out: with eval_batch_size its batch search runs
     # thousands of chunked forwards, minutes on a shared 2-core machine)
     ("beyond-four-gb", ("snippets/beyond/four-gb-config.py", "--gpu-memory", "4GiB")),
+    # two ranks under DDP: the lines only several processes print (one phase, no search: seconds)
+    (
+        "beyond-four-gb-ddp2-train-step",
+        (
+            "snippets/beyond/four-gb-config.py",
+            "--gpu-memory",
+            "4GiB",
+            "--nproc-per-node",
+            "2",
+            "--phase",
+            "train_step",
+            "--no-search",
+        ),
+    ),
 ]
 
 
@@ -111,7 +125,10 @@ def shared_predictions():
 
 
 def _run(capsys, argv: list[str]) -> str:
-    rc = main(argv)
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse's errors (an option's value refused) exit from the parser
+        rc = exc.code
     out, err = capsys.readouterr()
     text = f"$ oomguide {' '.join(argv)}\nexit {rc}\n{out}"
     if err:
@@ -171,8 +188,47 @@ def test_explain_output_is_unchanged(
 
 
 @pytest.mark.parametrize(("variant", "args"), CHECK_CASES, ids=[v for v, _ in CHECK_CASES])
-@pytest.mark.parametrize("fmt", ["text", "json"])
-def test_check_output_is_unchanged(capsys, request, cli_env, shared_predictions, variant, args, fmt):
+def test_check_output_is_unchanged(capsys, request, cli_env, shared_predictions, variant, args):
+    """check's text in every language, one file per case (the languages one after the other)."""
     update = request.config.getoption("--update-golden")
-    argv = ["check", *args] + (["--json"] if fmt == "json" else [])
-    _compare(GOLDEN / "check" / f"{variant}.{'json' if fmt == 'json' else 'txt'}", _run(capsys, argv), update)
+    parts = [_run(capsys, ["check", *args, "--lang", lang]) for lang in LANGS]
+    _compare(GOLDEN / "check" / f"{variant}.txt", "\n".join(parts), update)
+
+
+@pytest.mark.parametrize(("variant", "args"), CHECK_CASES, ids=[v for v, _ in CHECK_CASES])
+def test_check_json_is_unchanged_and_the_same_in_every_language(
+    capsys, request, cli_env, shared_predictions, variant, args
+):
+    update = request.config.getoption("--update-golden")
+    english = _run(capsys, ["check", *args, "--json"])
+    for lang in LANGS[1:]:
+        other = _run(capsys, ["check", *args, "--json", "--lang", lang])
+        assert other.replace(f" --lang {lang}", "", 1) == english, f"--json differs with --lang {lang}"
+    _compare(GOLDEN / "check" / f"{variant}.json", english, update)
+
+
+# the CLI's one-line errors, in every language: (name, arguments)
+ERROR_CASES: list[tuple[str, tuple[str, ...]]] = [
+    ("config-not-found", ("check", "no/such/config.py")),
+    ("config-is-a-folder", ("check", "tests/golden/messages")),
+    (
+        "not-a-text-config",
+        ("check", "tests/reports/nanogpt-234-shakespeare-char-k80/data/shakespeare_char/meta.pkl"),
+    ),
+    ("unknown-card", ("check", ESTIMATE_LOSS_SITUATION, "--gpu", "RTX 4090 Super Duper")),
+    ("ambiguous-card", ("check", ESTIMATE_LOSS_SITUATION, "--gpu", "RTX 4060 Ti")),
+    ("bad-size", ("check", ESTIMATE_LOSS_SITUATION, "--gpu-memory", "12XB")),
+    ("negative-size", ("check", ESTIMATE_LOSS_SITUATION, "--gpu-memory", "-3GiB")),
+    ("no-train-py", ("check", ESTIMATE_LOSS_SITUATION, "--nanogpt", "snippets")),
+    ("explain-file-not-found", ("explain", "no/such/message.txt")),
+]
+
+
+def test_error_lines_are_unchanged(capsys, request, cli_env):
+    """Each error line in every language: the library's figures and paths kept, the words translated."""
+    update = request.config.getoption("--update-golden")
+    parts = []
+    for name, args in ERROR_CASES:
+        for lang in LANGS:
+            parts.append(f"# {name}\n" + _run(capsys, [*args, "--lang", lang]))
+    _compare(GOLDEN / "errors.txt", "\n".join(parts), update)

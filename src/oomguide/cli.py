@@ -12,7 +12,7 @@ import os
 import re
 import sys
 
-from . import units, versions
+from .i18n import LANGS, default_lang
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -23,7 +23,11 @@ class BadInput(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: one line, exit 2
-        self.exit(EXIT_BAD_INPUT, f"oomguide: error: {message}\n")
+        from .check_render import usage_error_line
+
+        self.exit(
+            EXIT_BAD_INPUT, usage_error_line(message, getattr(self, "lang", None) or default_lang()) + "\n"
+        )
 
     def parse_known_args(self, args=None, namespace=None):
         # argparse reads "-3GiB" as an option (its _negative_number_matcher takes only "-3" or
@@ -32,11 +36,33 @@ class _Parser(argparse.ArgumentParser):
         # (as --gpu-memory=-3GiB), and its type then says what is wrong with it. Subcommands pass
         # through here too (_SubParsersAction.__call__ calls subparser.parse_known_args).
         args = list(sys.argv[1:] if args is None else args)
+        self.lang = _lang_in(args)  # for error(): the language the command line asks for
         for i in range(len(args) - 2, -1, -1):
             action = self._option_string_actions.get(args[i])
             if action is not None and action.nargs is None and re.match(r"-\.?[0-9]", args[i + 1]):
                 args[i : i + 2] = [f"{args[i]}={args[i + 1]}"]
         return super().parse_known_args(args, namespace)
+
+
+def _lang_in(words: list[str]) -> str | None:
+    """The value of --lang in `words` (before argparse has read them), when it is one of LANGS."""
+    for i, word in enumerate(words):
+        value = word.partition("=")[2] if word.startswith("--lang=") else None
+        if word == "--lang" and i + 1 < len(words):
+            value = words[i + 1]
+        if value in LANGS:
+            return value
+    return None
+
+
+def add_lang(parser) -> None:
+    """--lang, for check and explain: the language of the output and of the error lines."""
+    parser.add_argument(
+        "--lang",
+        choices=LANGS,
+        default=default_lang(),
+        help="language of the output and of error lines (default: from LC_ALL, LC_MESSAGES or LANG, else en)",
+    )
 
 
 def _card_option(read):
@@ -142,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--no-search", action="store_true", help="skip the search for the largest batch_size")
     check.add_argument("--json", action="store_true", help="print one JSON object")
+    add_lang(check)
     _add_explain(sub)
     return parser
 
@@ -166,17 +193,16 @@ def _explain_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(phase: str):
-    def report(done: int) -> None:
-        bar = "#" * min(done, 20)
-        print(
-            f"\r  searching the largest batch_size for {phase}: [{bar:<20}] {done} predictions",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
+def _progress(lang: str):
+    from .check_render import progress_line
 
-    return report
+    def start(phase: str):
+        def report(done: int) -> None:
+            print("\r  " + progress_line(phase, done, lang), end="", file=sys.stderr, flush=True)
+
+        return report
+
+    return start
 
 
 def request_of(args):
@@ -205,7 +231,7 @@ def run_check(args) -> int:
 
     quiet = args.json or not sys.stderr.isatty()
     run = verdict.prepare(request_of(args))
-    progress = None if quiet else _progress
+    progress = None if quiet else _progress(args.lang)
     out = verdict.verdict(run, progress=progress, prefetch=getattr(args, "program", False))
     if args.no_search:
         for entry in out["phases"].values():
@@ -213,108 +239,14 @@ def run_check(args) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        _print_check(out, run.config)
+        _print_check(out, run.config, args.lang)
     return EXIT_FITS if out["fits"] else EXIT_DOES_NOT_FIT
 
 
-def _print_check(out: dict, config) -> None:
-    fmt = units.fmt_bytes
-    print(
-        f"card: {out['gpu']}, compute capability {out['compute_capability']}"
-        + (" (assumed: --capability or --gpu sets it)" if out["compute_capability_assumed"] else "")
-        + f": {fmt(out['gpu_memory_bytes'])} total, {fmt(out['usable_bytes'])} for PyTorch "
-        f"({fmt(out['context_bytes'])} set aside for the CUDA context)"
-        + (" per GPU" if out.get("world_size", 1) > 1 else "")
-    )
-    print(f"allocator: {out['alloc_conf']}")
-    if out.get("world_size", 1) > 1:
-        print(
-            f"{out['world_size']} processes ({out['strategy']}), figures per rank: "
-            f"gradient_accumulation_steps {config.gradient_accumulation_steps} -> "
-            f"{out['gradient_accumulation_steps_per_rank']} per rank, {out['tokens_per_iter']:,} tokens per iteration"
-            + (
-                f"; DDP's gradient buckets {fmt(out['ddp_bucket_bytes'])}"
-                + (" (the gradients are views into them)" if out["gradient_as_bucket_view"] else "")
-                if out["strategy"] == "ddp"
-                else ""
-            )
-        )
-    shape = out["shape"]
-    print(
-        f"config: batch_size={config.batch_size} block_size={shape['block_size']} dtype={config.dtype} "
-        f"n_layer={shape['n_layer']} n_head={shape['n_head']} n_embd={shape['n_embd']} "
-        f"gradient_accumulation_steps={config.gradient_accumulation_steps} compile={config.compile}"
-        + (f" eval_batch_size={config.eval_batch_size}" if config.eval_batch_size else "")
-        + (f" init_from={config.init_from}" if config.init_from != "scratch" else "")
-    )
-    print(f"vocab_size={shape['vocab_size']}: {out['vocab_from']}")
-    code = out["code"]
-    changes = [
-        what
-        for what, present in (
-            ("estimate_loss() in chunks of eval_batch_size", code["eval_batch_size"]),
-            ("eval_block_size for evaluation", code["eval_block_size"]),
-            ("the stale logits dropped before estimate_loss()", code["drops_stale_logits"]),
-            ("checkpointed Blocks in model.py", code["model"] == "nanogpt+checkpointed_forward"),
-        )
-        if present
-    ]
-    model = "its own model.py, run as it is" if code["model"] == "own" else "nanoGPT's model.py"
-    print(
-        f"code: {code['where']}; {model}; the guide's code changes in it: "
-        + (", ".join(changes) if changes else "none")
-    )
-    print(f"predicted with: {versions.line(out['torch_version'])}")
-    for note in out["warnings"]:
-        print(f"note: {note}")
-    titles = {
-        "estimate_loss_first": "first estimate_loss() (iteration 0: weights only, no optimizer state yet)",
-        "train_step": "train step",
-        "estimate_loss": "later estimate_loss() (AdamW state and the last training logits alive)",
-    }
-    if config.init_from == "resume":
-        titles["estimate_loss_first"] = (
-            "first estimate_loss() after resuming (AdamW state from the checkpoint)"
-        )
-    for name, r in out["phases"].items():
-        verdict = "fits" if r["fits"] else "DOES NOT FIT"
-        reserved = f", {fmt(r['reserved_bytes'])} reserved" if r.get("reserved_bytes") is not None else ""
-        print(
-            f"\n{titles[name]}: predicted peak {fmt(r['peak_bytes'])} allocated{reserved} -> {verdict} "
-            f"(attention: {r.get('attention') or 'none'})"
-        )
-        print(f"  largest allocation: {fmt(r['largest_allocation_bytes'])} ({r['largest_allocation']})")
-        if not r["fits"]:
-            where = f" in forward {r['failing_forward']}" if r.get("failing_forward") else ""
-            print(
-                f"  would fail at: Tried to allocate {fmt(r['failing_allocation_bytes'])} "
-                f"({r['failing_allocation']}{where}), with {fmt(r['allocated_at_failure_bytes'])} "
-                "already allocated"
-                + (
-                    f" and {fmt(r['reserved_at_failure_bytes'])} reserved"
-                    if r.get("reserved_at_failure_bytes") is not None
-                    else ""
-                )
-            )
-        parts = ", ".join(f"{k.replace('_', ' ')} {fmt(v)}" for k, v in r["breakdown"].items())
-        print(f"  at the peak: {parts}")
-        if r.get("max_batch_size_note"):
-            print(f"  largest batch_size: {r['max_batch_size_note']}")
-        elif "max_batch_size" in r:
-            mbs = r["max_batch_size"]
-            print(f"  largest batch_size that fits: {mbs}" if mbs else "  not even batch_size=1 fits")
-    how = "torch.compile modelled by its fused loss and casts" if out["compiled"] else "the model run eagerly"
-    if out.get("world_size", 1) > 1:  # one rank of several
-        print(
-            "\n(predicted per rank on fake tensors with CUDA's autocast and attention kernel; "
-            f"{how}; a phase fits when its reserved memory does, the rank's phase replayed through the "
-            "caching allocator from an empty cache; kernel workspaces are not modelled)"
-        )
-        return
-    print(
-        f"\n(predicted on fake tensors with CUDA's autocast, attention kernel and caching allocator; {how}; "
-        "a phase fits when its reserved memory does; kernel workspaces are not modelled)"
-    )
+def _print_check(out: dict, config, lang: str = "en") -> None:
+    from .check_render import render
+
+    print(render(out, config, lang))
 
 
 def main(argv=None) -> int:
@@ -348,7 +280,9 @@ def _main(argv) -> int:
         return EXIT_FITS
     except (BadInput, ValueError, OSError, *_engine_errors()) as exc:
         # ConfigError, verdict.BadRequest and checkout.CheckoutError are ValueErrors
-        print(f"oomguide {args.command}: error: {exc}", file=sys.stderr)
+        from .check_render import error_line
+
+        print(error_line(args.command, str(exc), args.lang), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130

@@ -9,8 +9,9 @@ and compiled in memory, so there is no build step; ``pyproject.toml`` ships the 
 data. The site's paste box runs the same code in the browser without Babel: the site's build
 compiles the same ``.po`` files to ``.mo`` (``compile_catalog``), which are read where no ``.po`` is. An untranslated or fuzzy entry falls back to English.
 
-Domains: ``explain`` (everything ``oomguide explain`` prints: the ``explain`` package) and
-``site`` (the words the site's hooks put on pages). ``DOMAINS`` says which source files feed which
+Domains: ``explain`` (everything ``oomguide explain`` prints: the ``explain`` package),
+``check`` (everything ``oomguide check`` prints, and the one-line errors of both commands:
+``check_render.py`` and ``messages.py``) and ``site`` (the words the site's hooks put on pages). ``DOMAINS`` says which source files feed which
 domain; tests/test_catalogs.py fails when a catalog lacks a message the code uses, keeps one the
 code no longer uses, or changes a message's ``{placeholders}``.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import functools
 import gettext
 import io
+import os
 from pathlib import Path
 
 LANGS = ("en", "ja", "zh", "de", "fr")
@@ -34,6 +36,7 @@ LOCALE = PACKAGE / "locale"
 # domain -> source files (relative to the package) whose _() / N_() strings it holds
 DOMAINS: dict[str, tuple[str, ...]] = {
     "explain": ("explain/*.py",),
+    "check": ("check_render.py", "messages.py"),
     "site": ("site_hooks.py", "placement.py", "paste.py"),
 }
 KEYWORDS = {"_": None, "N_": None}
@@ -42,6 +45,17 @@ KEYWORDS = {"_": None, "N_": None}
 def N_(message: str) -> str:
     """Marks `message` for the catalogs where it is defined; it is translated where it is printed."""
     return message
+
+
+def default_lang(environ=None) -> str:
+    """The language a command-line tool speaks by default: the locale of the environment, read as
+    gettext reads it for messages (POSIX: the first of LC_ALL, LC_MESSAGES, LANG that is set and not
+    empty decides): ``ja_JP.UTF-8`` -> ja, ``de_DE`` -> de; English for C, POSIX and any language
+    oomguide has no catalog for."""
+    environ = os.environ if environ is None else environ
+    value = next((environ[k] for k in ("LC_ALL", "LC_MESSAGES", "LANG") if environ.get(k)), "")
+    lang = value.split(".")[0].split("@")[0].split("_")[0].split("-")[0].strip().lower()
+    return lang if lang in LANGS else SOURCE_LANG
 
 
 def po_path(lang: str, domain: str) -> Path:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .. import units
-from ..i18n import LANGS
+from ..i18n import LANGS, N_, default_lang, gettext_for
 from .diagnosis import explain
 from .formats import ExplainError
 from .render import render
@@ -70,7 +70,11 @@ def add_arguments(parser) -> None:
         "units GiB, GB, MiB, MB",
     )
     parser.add_argument(
-        "--lang", choices=LANGS, default="en", help="language of the explanation and the links"
+        "--lang",
+        choices=LANGS,
+        default=default_lang(),
+        help="language of the explanation, the links and error lines (default: from LC_ALL, "
+        "LC_MESSAGES or LANG, else en)",
     )
     parser.add_argument(
         "--no-predict",
@@ -80,13 +84,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def read_input(path: str) -> tuple[str, str]:
-    """(text, source name) of a file or stdin; one-line errors."""
+PASTE = N_("oomguide explain: paste the message, then Ctrl-D")
+PREDICTING = N_("oomguide explain: predicting {phase} …")
+
+
+def read_input(path: str, lang: str = "en") -> tuple[str, str]:
+    """(text, source name) of a file or stdin; one-line errors (worded in English: the CLI words
+    them in the reader's language, ``oomguide.messages``)."""
     if path == "-":
         if sys.stdin is None:
             raise ExplainError("no input: give a file or pipe the message into stdin")
         if sys.stdin.isatty():
-            print("oomguide explain: paste the message, then Ctrl-D", file=sys.stderr)
+            print(gettext_for(lang)(PASTE), file=sys.stderr)
         return sys.stdin.read(), "stdin"
     p = Path(path)
     try:
@@ -101,7 +110,7 @@ def read_input(path: str) -> tuple[str, str]:
 
 
 def run(args) -> int:
-    text, source = read_input(args.file)
+    text, source = read_input(args.file, args.lang)
     config, notes, judge = None, [], None
     if args.configs or args.set:
         from dataclasses import replace
@@ -121,7 +130,7 @@ def run(args) -> int:
 
     def progress(phase):
         if not args.json and sys.stderr.isatty():
-            print(f"oomguide explain: predicting {phase} …", file=sys.stderr, flush=True)
+            print(gettext_for(args.lang)(PREDICTING).format(phase=phase), file=sys.stderr, flush=True)
 
     result = explain(
         text,

@@ -1,0 +1,186 @@
+"""The library's English one-liners (errors, notes, descriptions) in the reader's language.
+
+What it does: the library raises and describes in English (its ValueErrors, check's notes, the
+card and the code a prediction ran with), and the ``--json`` output keeps that English. For the
+text the reader sees, ``translate(text, lang)`` matches `text` against the message ids below: each
+msgid is the library's own sentence with its variable parts written as ``{placeholders}``, and
+is turned into a pattern (literal text matched exactly, a placeholder matching anything), so the
+sentence and its pattern are one string and cannot disagree. A match gives the catalog's sentence
+with the same values put back: paths, sizes as PyTorch prints them (``8.30 GiB``), config keys
+and figures stay exactly as the library wrote them. A placeholder named ``reason`` or ``code``
+holds another of these messages and is translated in turn, one named ``reader`` one of
+``READERS``; one named ``choices`` is a list of
+names joined by " or ", joined again with the language's word. Text that matches no msgid is
+shown as it is, in English.
+
+The msgids live in the catalogs of the ``check`` domain (locale/<lang>/LC_MESSAGES/check.po).
+When a library message changes, change its msgid here too (tests/test_messages.py raises each
+common error and checks that it is matched), then run ``python -m oomguide.i18n``.
+
+It must never raise, compute, or decide anything: it only rewords a finished message.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from .i18n import N_, SOURCE_LANG, gettext_for
+
+RECURSIVE = ("reason", "code")
+# TRANSLATORS: the code that reads a key only the guide's change adds ({reader} in a note below)
+READERS: tuple[str, ...] = (
+    N_("train.py's estimate_loss()"),
+    N_("train.py's estimate_loss() and get_batch()"),
+    N_("model.py's GPT.forward"),
+)
+# TRANSLATORS: between two card names the reader chooses from ("RTX 4060 Ti 8GB or RTX 4060 Ti 16GB")
+OR = N_(" or ")
+
+# TRANSLATORS: an option's value refused: argparse names the option, then the library's message
+ARGUMENT = N_("argument {option}: {reason}")
+# what a placeholder of this name can be (any other: any text)
+SHAPES = {"key": r"\w+", "option": r"--[\w-]+"}
+
+# Order matters where two could match the same text: the more specific first.
+MESSAGES: tuple[str, ...] = (
+    ARGUMENT,  # first: its {reason} is one of the others
+    # TRANSLATORS: errors: the config files and overrides (config.py).
+    # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
+    # key, a figure), put back unchanged: keep them all.
+    N_("config file not found: {path}"),
+    N_("config path is a directory, not a file: {path}"),
+    N_(
+        "{path} is not a text config file (byte 0x{byte} at offset {offset} is not UTF-8): give a "
+        "nanoGPT config, a .py file of assignments like config/train_gpt2.py"
+    ),
+    N_(
+        "{path} is not a text config file (it holds NUL bytes): give a nanoGPT config, a .py file "
+        "of assignments like config/train_gpt2.py"
+    ),
+    N_("cannot read config file {path}: {reason}"),
+    N_("{where}: syntax error: {error}"),
+    N_("override {text} is not key=value"),
+    N_("{key} must be a positive integer, got {value}"),
+    N_("{where}: {key} must be {want}, got {value}"),
+    N_(
+        "{where}: cannot read {names} = {expr} without running it; write a literal value "
+        "(it matters for memory)"
+    ),
+    # TRANSLATORS: errors: the card and the sizes (memory/gpus.py, units.py).
+    # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
+    # key, a figure), put back unchanged: keep them all.
+    N_("unknown GPU {name}; closest: {names} (or give its memory with --gpu-memory)"),
+    N_("unknown GPU {name} (or give its memory with --gpu-memory)"),
+    N_(
+        "GPU {name} names cards of different memory: give one of {choices} with --gpu, or the "
+        "card's memory with --gpu-memory"
+    ),
+    N_("--capability {given} contradicts --gpu {name}: the {card} has compute capability {capability}"),
+    N_(
+        "cannot read compute capability {text}: write major.minor as NVIDIA's CUDA GPUs table does, "
+        "e.g. 8.6 (RTX 30 series), 7.5 (T4, RTX 20 series) or 6.0 (P100)"
+    ),
+    N_("cannot read size {text}: write a number and a unit, e.g. 11.69GiB, 12GB or 4096MiB"),
+    N_("unknown size unit {unit} in {text} (use GiB, GB, MiB or MB)"),
+    N_("size must be above zero, got {text}"),
+    N_("a card's memory cannot be negative, got {text}: give its total, e.g. 11.69GiB"),
+    N_(
+        "a card of {size} leaves nothing for PyTorch once the {context} of the CUDA context are set "
+        "aside: give the card's total memory as PyTorch reports it, e.g. 11.69GiB"
+    ),
+    # TRANSLATORS: errors: the checkout and the processes (checkout.py, verdict.py).
+    # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
+    # key, a figure), put back unchanged: keep them all.
+    N_("{folder} is not a nanoGPT checkout: it has no train.py"),
+    N_("--nproc-per-node must be 1 or more, got {n}"),
+    N_("--strategy {strategy} needs several processes: add --nproc-per-node N (N > 1)"),
+    N_("--gradient-as-bucket-view is a DDP setting: use it with --strategy ddp"),
+    N_("eval_block_size {eval_block} is longer than block_size {block}: the run stops there"),
+    # TRANSLATORS: errors: explain's input (explain/command.py).
+    # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
+    # key, a figure), put back unchanged: keep them all.
+    N_("no input: give a file or pipe the message into stdin"),
+    N_("file not found: {path}"),
+    N_("{path} is a directory, not a file"),
+    N_("cannot read {path}: {reason}"),
+    # TRANSLATORS: what check says about the run: the card, the allocator, the vocab, the code.
+    # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
+    # key, a figure), put back unchanged: keep them all.
+    N_("a {size} GiB card"),
+    N_("an {size} GiB card"),
+    N_("PyTorch's defaults (no PYTORCH_CUDA_ALLOC_CONF)"),
+    N_("train.py's default 50304: no {meta} in {places}"),
+    N_("train.py's default 50304 (GPT-2's 50257 padded)"),
+    N_("GPT-2's 50257 (init_from={init_from})"),
+    N_("the checkpoint {path} (model_args)"),
+    N_("the config (no checkpoint found)"),
+    N_("set explicitly (vocab_size)"),
+    N_("nanoGPT as released (no checkout found: train.py and model.py assumed unchanged)"),
+    N_("the nanoGPT checkout {folder}"),
+    N_("nanoGPT with the guide's snippets {snippets}"),
+    # TRANSLATORS: check's notes.
+    # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
+    # key, a figure), put back unchanged: keep them all.
+    N_(
+        "{key} = {value} is read only by {reader} as the guide changes it ({section}); {code} does "
+        "not have that change, so nanoGPT ignores {key} (and train.py would stop on --{key}: "
+        "'Unknown config key'): predicted without it"
+    ),
+    N_(
+        "{key} = {value} is read only by {reader} as the guide changes it ({section}); {code} does "
+        "not have that change, so nanoGPT ignores {key}: predicted without it"
+    ),
+    N_("train.py would stop on --{key}: 'Unknown config key' (not a global of its train.py)"),
+    N_("eval_only=True: train.py stops after the first estimate_loss(); nothing else runs"),
+    N_("not run by this config (eval_only): {phases}"),
+    N_("{folder} has no model.py: predicted with nanoGPT's GPT"),
+    N_("{where}: {key} is not a nanoGPT train.py setting; oomguide ignores it"),
+    N_("{where}: skipped (not a plain assignment): {line}"),
+    N_("{where}: skipped {names} = {expr} (not a literal)"),
+    N_("does not depend on batch_size: estimate_loss() forwards eval_batch_size = {n} sequences at a time"),
+)
+
+
+@functools.cache
+def _pattern(msgid: str) -> re.Pattern:
+    """The msgid as a pattern: its text literally, each placeholder any text (a repeated one: the same)."""
+    parts, seen = [], set()
+    for literal, name in re.findall(r"([^{]*)(?:\{(\w+)\}|$)", msgid):
+        parts.append(re.escape(literal))
+        if name:
+            shape = SHAPES.get(name, ".+?")
+            parts.append(f"(?P={name})" if name in seen else f"(?P<{name}>{shape})")
+            seen.add(name)
+    return re.compile("".join(parts), re.S)
+
+
+def match(text: str) -> tuple[str, dict] | None:
+    """The msgid `text` is an instance of, and its values; None when it is none of them."""
+    for msgid in MESSAGES:
+        found = _pattern(msgid).fullmatch(text)
+        if found:
+            return msgid, found.groupdict()
+    return None
+
+
+def translate(text: str, lang: str) -> str:
+    """`text` (one of the library's messages) in `lang`, its values as they were; else `text`."""
+    if lang == SOURCE_LANG:
+        return text
+    found = match(text)
+    if found is None:
+        return text
+    msgid, values = found
+    if msgid == ARGUMENT and match(values["reason"]) is None:
+        return text  # argparse's own wording ("invalid choice: ..."): English, rather than half of it
+    for name in RECURSIVE:
+        if name in values:
+            values[name] = translate(values[name], lang)
+    _ = gettext_for(lang, "check")
+    reader, choices = values.get("reader"), values.get("choices")
+    if reader in READERS:
+        values["reader"] = _(reader)
+    if choices is not None:
+        values["choices"] = _(OR).join(choices.split(OR))
+    return _(msgid).format(**values)

@@ -1,0 +1,128 @@
+"""The CLI's language: --lang, its default from the environment's locale, and the library's messages.
+
+The default is the locale as command-line tools read it for messages (LC_ALL, then LC_MESSAGES,
+then LANG); English for C, POSIX and the languages oomguide has no catalog for. Every msgid of
+``oomguide.messages`` matches the library's own sentence, so a reworded library message that the
+catalog no longer matches (and would print in English) fails here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from oomguide import checkout, config, i18n, messages, units, verdict
+from oomguide.cli import main
+from oomguide.memory import gpus
+
+
+@pytest.mark.parametrize(
+    ("env", "lang"),
+    [
+        ({"LANG": "ja_JP.UTF-8"}, "ja"),
+        ({"LANG": "zh_CN.UTF-8"}, "zh"),
+        ({"LANG": "de_DE"}, "de"),
+        ({"LANG": "fr_FR.UTF-8@euro"}, "fr"),
+        ({"LANG": "en_GB.UTF-8"}, "en"),
+        ({"LANG": "C"}, "en"),
+        ({"LANG": "POSIX"}, "en"),
+        ({"LANG": "C.UTF-8"}, "en"),
+        ({"LANG": "es_ES.UTF-8"}, "en"),
+        ({}, "en"),
+        ({"LC_ALL": "de_DE.UTF-8", "LC_MESSAGES": "fr_FR", "LANG": "ja_JP"}, "de"),
+        ({"LC_MESSAGES": "fr_FR", "LANG": "ja_JP"}, "fr"),
+        ({"LC_ALL": "", "LANG": "zh_CN"}, "zh"),  # an empty variable is not set
+        ({"LC_ALL": "C", "LANG": "ja_JP.UTF-8"}, "en"),  # LC_ALL=C wins, as in every C program
+    ],
+)
+def test_default_language_from_the_locale(env, lang):
+    assert i18n.default_lang(env) == lang
+
+
+def test_check_and_explain_default_to_the_locale(monkeypatch, capsys):
+    monkeypatch.setenv("LANG", "ja_JP.UTF-8")
+    assert main(["check", "no/such/config.py"]) == 2
+    assert (
+        capsys.readouterr().err == "oomguide check：エラー：設定ファイルが見つかりません：no/such/config.py\n"
+    )
+    monkeypatch.setenv("LC_ALL", "fr_FR.UTF-8")
+    assert main(["explain", "no/such/message.txt"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "oomguide explain\u202f: erreur\u202f: fichier introuvable\u202f: no/such/message.txt\n"
+    )
+    assert main(["explain", "no/such/message.txt", "--lang", "en"]) == 2  # --lang wins over the locale
+    assert capsys.readouterr().err == "oomguide explain: error: file not found: no/such/message.txt\n"
+
+
+def _raised(func, *args) -> str:
+    with pytest.raises(ValueError) as info:
+        func(*args)
+    return str(info.value)
+
+
+def library_errors(tmp_path) -> list[str]:
+    """The common one-line errors, raised by the library itself."""
+    binary = tmp_path / "ckpt.py"
+    binary.write_bytes(b"\x80\x03binary")
+    nul = tmp_path / "nul.py"
+    nul.write_text("batch_size = 1\x00", encoding="utf-8")
+    return [
+        _raised(config.load_config, [str(tmp_path / "missing.py")], []),
+        _raised(config.load_config, [str(tmp_path)], []),
+        _raised(config.load_config, [str(binary)], []),
+        _raised(config.load_config, [str(nul)], []),
+        _raised(config.load_config, [], ["batch_size"]),
+        _raised(config.load_config, [], ["batch_size=0"]),
+        _raised(gpus.find_gpu, "RTX 4060 Ti"),
+        _raised(gpus.find_gpu, "RTX 4090 Super Duper"),
+        _raised(gpus.find_gpu, "zzzzzzzz"),
+        _raised(gpus.parse_capability, "eight"),
+        _raised(units.card_memory, "12"),
+        _raised(units.card_memory, "12XB"),
+        _raised(units.card_memory, "0GiB"),
+        _raised(units.card_memory, "-3GiB"),
+        _raised(units.card_memory, "100MiB"),
+        _raised(checkout.read, tmp_path),
+        _raised(verdict.prepare, verdict.Request(nproc_per_node=0)),
+        _raised(verdict.prepare, verdict.Request(strategy="ddp")),
+    ]
+
+
+def test_common_errors_are_translated_with_their_figures(tmp_path):
+    errors = library_errors(tmp_path)
+    unmatched = [e for e in errors if messages.match(e) is None]
+    assert not unmatched, f"library messages no msgid of oomguide.messages matches: {unmatched}"
+    for text in errors:
+        _, values = messages.match(text)
+        for lang in i18n.LANGS[1:]:
+            translated = messages.translate(text, lang)
+            assert translated != text, f"{lang}: left in English: {text}"
+            for value in values.values():  # paths, sizes, names: as the library wrote them
+                if value and " or " not in value:
+                    assert value in translated, f"{lang}: {value!r} lost in {translated!r}"
+
+
+def test_english_is_the_library_text_and_unknown_text_stays():
+    text = "something the catalog never heard of: 3.00 GiB"
+    assert messages.translate(text, "ja") == text
+    assert messages.translate("config file not found: a.py", "en") == "config file not found: a.py"
+
+
+def test_every_reader_of_a_guide_key_is_translated():
+    """A note names the code that reads a key only the guide's change adds (checkout.GUIDE_KEYS)."""
+    assert {reader for reader, _, _ in checkout.GUIDE_KEYS.values()} <= set(messages.READERS)
+
+
+def test_option_errors_are_translated_and_argparse_wording_is_left_whole(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["check", "x.py", "--gpu-memory", "0GiB", "--lang", "ja"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "oomguide：エラー：引数 --gpu-memory：サイズは 0 より大きくなければなりません（指定値：'0GiB'）\n"
+    )
+    with pytest.raises(SystemExit):
+        main(["check", "x.py", "--phase", "nope", "--lang=de"])
+    err = capsys.readouterr().err  # argparse's own sentence: English as argparse wrote it, not half of it
+    assert err.startswith("oomguide: Fehler: argument --phase: invalid choice: 'nope'"), err
