@@ -81,11 +81,20 @@ def test_links_are_relative_and_in_the_readers_language():
     assert "127.0.0.1" not in out["text"]
 
 
-def test_unreadable_input_is_the_clis_error_line():
-    out = json.loads(browser.answer("hello", "ja", ".."))
-    assert out == {
-        "error": "oomguide explain: error: no CUDA out-of-memory message ('Tried to allocate …') in stdin"
-    }
+def test_unreadable_input_is_the_clis_error_line(monkeypatch, capsys):
+    """The box's line for input it cannot read is the CLI's, in the page's language."""
+    import io
+    import sys
+
+    from oomguide.cli import main
+
+    for lang in ("en", "ja", "fr"):
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello"))
+        assert main(["explain", "-", "--lang", lang]) == 2
+        cli = capsys.readouterr().err.strip()
+        assert json.loads(browser.answer("hello", lang, "..")) == {"error": cli}
+        if lang == "ja":
+            assert cli.startswith("oomguide explain：エラー："), cli  # not the English line
 
 
 def test_without_pyodide_the_box_says_so_and_the_page_still_builds():

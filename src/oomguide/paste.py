@@ -39,7 +39,16 @@ PYODIDE_DIR = "assets/pyodide"  # under the built site
 BUNDLE_PATH = "assets/oomguide/explain.zip"
 # the modules `oomguide explain` imports for a message without a config (tests/test_explain.py checks
 # that they import neither torch nor numpy; tests/test_browser.py runs them in chromium)
-BUNDLE = ("__init__.py", "units.py", "figures.py", "i18n.py", "explain/*.py")
+BUNDLE = (
+    "__init__.py",
+    "units.py",
+    "figures.py",
+    "i18n.py",
+    "messages.py",  # the CLI's error line in the reader's language (check_render.error_line)
+    "check_render.py",
+    "explain/*.py",
+)
+DOMAINS = ("explain", "check")  # the catalogs those modules read
 
 PLACEHOLDER = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …"  # PyTorch's words
 WORDS = {
@@ -113,9 +122,10 @@ def bundle() -> bytes:
         for lang in i18n.LANGS:
             if lang == i18n.SOURCE_LANG:
                 continue
-            po = i18n.po_path(lang, "explain")
-            mo = po.with_suffix(".mo").relative_to(PACKAGE).as_posix()
-            _add(z, f"oomguide/{mo}", i18n.compile_catalog(po, lang, "explain"))
+            for domain in DOMAINS:
+                po = i18n.po_path(lang, domain)
+                mo = po.with_suffix(".mo").relative_to(PACKAGE).as_posix()
+                _add(z, f"oomguide/{mo}", i18n.compile_catalog(po, lang, domain))
     return buffer.getvalue()
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 
+from ..check_render import error_line
 from .diagnosis import explain
 from .formats import ExplainError
 from .links import SITE_URL_ENV, guide_url
@@ -36,7 +37,7 @@ def answer(text: str, lang: str, base: str) -> str:
             "links": [guide_url(page, anchor, lang, base) for page, anchor in result.sections],
         }
     except (ExplainError, ValueError) as exc:  # the CLI's bad input (cli._main): one line
-        out = {"error": f"oomguide explain: error: {exc}"}
+        out = {"error": error_line("explain", str(exc), lang)}
     finally:
         if before is None:
             del os.environ[SITE_URL_ENV]
