@@ -277,6 +277,37 @@ def test_search_probes_equal_runs_under_ddp(as_view):
 
 
 @pytest.mark.parametrize(
+    ("phase", "state", "gas"),
+    [
+        ("train_step", "training", 4),
+        ("train_step", "training", 2),
+        ("estimate_loss", "first", 2),
+        ("estimate_loss", "training", 2),
+    ],
+)
+def test_search_probes_equal_runs_under_fsdp(phase, state, gas):
+    """The same for one rank of FSDP2 (the fake process group): its traces are affine in the batch
+    size too, so the search's probes come from two runs; peak and verdict as real runs give them."""
+    from oomguide.memory import batches, distributed
+
+    config = load_config([], ["n_layer=2", "n_embd=128", "n_head=4", "block_size=256", "vocab_size=4096"])
+    config = config.replace(batch_size=1, gradient_accumulation_steps=gas, dtype="bfloat16")
+    parallel = distributed.Parallel(2, "fsdp")
+    card = memory.parse_size("456MiB")
+    distributed.predict(config, phase, card, parallel, state=state)  # the config's run, as check makes it
+    sizes = (2, 5, 9, 12, 13, 17, 33, 65)
+    derived = [
+        distributed.predict(config, phase, card, parallel, state=state, batch_size=b, search=True)
+        for b in sizes
+    ]
+    assert [r.largest_allocation for r in derived[1:]] == [""] * (len(sizes) - 1)  # not runs
+    real = [distributed.predict(config, phase, card, parallel, state=state, batch_size=b) for b in sizes]
+    assert [(r.peak_bytes, r.fits) for r in derived] == [(r.peak_bytes, r.fits) for r in real]
+    assert {r.fits for r in real} == {True, False}
+    assert not any(family.broken for family in batches._FAMILIES.values())
+
+
+@pytest.mark.parametrize(
     "text, expected", [("11.69GiB", int(11.69 * GiB)), ("12GB", 12 * 10**9), ("4096MiB", 4 * GiB)]
 )
 def test_sizes(text, expected):
