@@ -373,7 +373,7 @@ def predict(
         runs = batches.family(family)
         if not runs.ready(batch) and len(runs.runs) == 1 and not runs.broken and batch != 1:
             second = second_batch(next(iter(runs.runs)))
-            if second != batch and not prefetch.collect(family, second, batches.remember):
+            if not prefetch.collect(family, second, batches.remember) and second != batch:
                 options = dict(
                     source=source,
                     state=state,
