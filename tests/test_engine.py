@@ -475,3 +475,34 @@ def test_the_program_prints_what_main_prints(capsys, extra):
     )
     assert (proc.returncode, proc.stdout) == (rc, out), proc.stderr
     assert all(phase["max_batch_size"] > 4 for phase in json.loads(out)["phases"].values())
+
+
+def test_frees_before_a_growing_resize_are_judged_where_the_tracker_books_them():
+    """tracker.as_judged: a free recorded before a resize_ that grows a storage is held back until
+    the next op's allocation, unless that resize could make a new peak or cross the budget."""
+    from oomguide.memory.allocator import ALLOC, FREE, Trace
+    from oomguide.memory.tracker import as_judged
+
+    kib = 1024
+
+    def trace(resized: int) -> Trace:
+        return Trace(
+            pre=[(1, kib, "weights")],
+            events=[
+                (ALLOC, 2, 8 * kib, "op"),  # the peak: 9 KiB
+                (FREE, 2, 0, None),
+                (ALLOC, 3, 2 * kib, "op"),
+                (FREE, 3, 0, None),  # died before the resize, recorded there
+                (FREE, 1, 0, None),
+                (ALLOC, 1, resized, "resize_"),
+                (ALLOC, 4, kib, "op"),
+            ],
+            sweeps=[(1, 1, False), (3, 1, True), (6, 0, False)],
+        )
+
+    small = trace(4 * kib)  # 3 KiB booked (the dead one too) + 3 KiB grown: below the peak
+    held = [small.events[i] for i in (0, 1, 2, 4, 5, 3, 6)]
+    assert as_judged(small, budget=None).events == held
+    assert as_judged(small, budget=10 * kib).events == held
+    large = trace(8 * kib)  # 3 + 7 KiB would make a new peak: swept first, where it was recorded
+    assert as_judged(large, budget=None).events == large.events
