@@ -126,7 +126,9 @@ def apply_code(config: TrainConfig, code: checkout.Code, model_path: str | None)
     block, eval_block = config.block_size, config.values["eval_block_size"]
     if "eval_block_size" not in changes and _meaningful(eval_block) and eval_block > block:
         # what the guide's get_batch raises (eval-oom-12gb/get_batch_eval_block.py): the run stops
-        raise BadRequest(f"eval_block_size {eval_block} is longer than block_size {block}: the run stops there")
+        raise BadRequest(
+            f"eval_block_size {eval_block} is longer than block_size {block}: the run stops there"
+        )
     if code.grad_checkpoint and not config.grad_checkpoint and model_path is None:
         changes["grad_checkpoint"] = True  # model.py checkpoints every Block in training, whatever the config
     if code.command_line_keys is not None:
