@@ -155,3 +155,29 @@ def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and err.count("\n") == 1, err
+
+
+def test_check_under_fsdp_is_the_same_with_and_without_the_prefetching_child(tmp_path):
+    """The program `oomguide check` under FSDP2: its searches derive their probes from two runs each
+    (memory/batches.py), the second ones made by a forked child (memory/prefetch.py) or, with
+    OOMGUIDE_PREFETCH=0, by the process itself; the answer is the same, byte for byte."""
+    import os
+
+    args = ["--nproc-per-node", "2", "--strategy", "fsdp", "--gpu-memory", "300MiB", "--json"]
+    sets = [a for o in [*TINY, "dtype='bfloat16'", "gradient_accumulation_steps=2"] for a in ("--set", o)]
+    outs = []
+    for prefetch in ("1", "0"):
+        env = {**os.environ, "OOMGUIDE_PREFETCH": prefetch}
+        proc = subprocess.run(
+            [sys.executable, "-m", "oomguide", "check", *sets, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=600,
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+        outs.append(proc.stdout)
+    assert outs[0] == outs[1]
+    phases = json.loads(outs[0])["phases"]
+    assert all(entry["max_batch_size"] for entry in phases.values())

@@ -277,6 +277,37 @@ def test_search_probes_equal_runs_under_ddp(as_view):
 
 
 @pytest.mark.parametrize(
+    ("phase", "state", "gas"),
+    [
+        ("train_step", "training", 4),
+        ("train_step", "training", 2),
+        ("estimate_loss", "first", 2),
+        ("estimate_loss", "training", 2),
+    ],
+)
+def test_search_probes_equal_runs_under_fsdp(phase, state, gas):
+    """The same for one rank of FSDP2 (the fake process group): its traces are affine in the batch
+    size too, so the search's probes come from two runs; peak and verdict as real runs give them."""
+    from oomguide.memory import batches, distributed
+
+    config = load_config([], ["n_layer=2", "n_embd=128", "n_head=4", "block_size=256", "vocab_size=4096"])
+    config = config.replace(batch_size=1, gradient_accumulation_steps=gas, dtype="bfloat16")
+    parallel = distributed.Parallel(2, "fsdp")
+    card = memory.parse_size("456MiB")
+    distributed.predict(config, phase, card, parallel, state=state)  # the config's run, as check makes it
+    sizes = (2, 5, 9, 12, 13, 17, 33, 65)
+    derived = [
+        distributed.predict(config, phase, card, parallel, state=state, batch_size=b, search=True)
+        for b in sizes
+    ]
+    assert [r.largest_allocation for r in derived[1:]] == [""] * (len(sizes) - 1)  # not runs
+    real = [distributed.predict(config, phase, card, parallel, state=state, batch_size=b) for b in sizes]
+    assert [(r.peak_bytes, r.fits) for r in derived] == [(r.peak_bytes, r.fits) for r in real]
+    assert {r.fits for r in real} == {True, False}
+    assert not any(family.broken for family in batches._FAMILIES.values())
+
+
+@pytest.mark.parametrize(
     "text, expected", [("11.69GiB", int(11.69 * GiB)), ("12GB", 12 * 10**9), ("4096MiB", 4 * GiB)]
 )
 def test_sizes(text, expected):
@@ -444,3 +475,34 @@ def test_the_program_prints_what_main_prints(capsys, extra):
     )
     assert (proc.returncode, proc.stdout) == (rc, out), proc.stderr
     assert all(phase["max_batch_size"] > 4 for phase in json.loads(out)["phases"].values())
+
+
+def test_frees_before_a_growing_resize_are_judged_where_the_tracker_books_them():
+    """tracker.as_judged: a free recorded before a resize_ that grows a storage is held back until
+    the next op's allocation, unless that resize could make a new peak or cross the budget."""
+    from oomguide.memory.allocator import ALLOC, FREE, Trace
+    from oomguide.memory.tracker import as_judged
+
+    kib = 1024
+
+    def trace(resized: int) -> Trace:
+        return Trace(
+            pre=[(1, kib, "weights")],
+            events=[
+                (ALLOC, 2, 8 * kib, "op"),  # the peak: 9 KiB
+                (FREE, 2, 0, None),
+                (ALLOC, 3, 2 * kib, "op"),
+                (FREE, 3, 0, None),  # died before the resize, recorded there
+                (FREE, 1, 0, None),
+                (ALLOC, 1, resized, "resize_"),
+                (ALLOC, 4, kib, "op"),
+            ],
+            sweeps=[(1, 1, False), (3, 1, True), (6, 0, False)],
+        )
+
+    small = trace(4 * kib)  # 3 KiB booked (the dead one too) + 3 KiB grown: below the peak
+    held = [small.events[i] for i in (0, 1, 2, 4, 5, 3, 6)]
+    assert as_judged(small, budget=None).events == held
+    assert as_judged(small, budget=10 * kib).events == held
+    large = trace(8 * kib)  # 3 + 7 KiB would make a new peak: swept first, where it was recorded
+    assert as_judged(large, budget=None).events == large.events

@@ -278,7 +278,7 @@ def verdict(request: Request | Run, progress=None, prefetch: bool = False) -> di
         from .memory import distributed
 
         out.update(distributed.describe(config, parallel, source))
-    if prefetch and search and parallel.strategy != "fsdp":
+    if prefetch and search:
         from .memory import prefetch as prefetching
         from .memory import search as searching
 

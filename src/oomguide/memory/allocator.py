@@ -445,11 +445,15 @@ class Trace:
     """A tracked run: `pre` are tensors that existed before it (uid, nbytes, what), `events` the
     allocations and frees it made, in order: (ALLOC, uid, nbytes, what) or (FREE, uid, 0, None).
     `checks`: where (an index into `events`) the tracker saw a new storage of 0 bytes, which the
-    allocator never sees but the tracker's peak does (``batches.trace_peak``)."""
+    allocator never sees but the tracker's peak does (``batches.trace_peak``).
+    `sweeps`: where the tracker settled the frees of dead storages (index, how many frees, whether
+    before a ``resize_`` that grows a storage), for ``tracker.as_judged``: those that freed something,
+    and every one before such a resize."""
 
     pre: list = field(default_factory=list)
     events: list = field(default_factory=list)
     checks: list = field(default_factory=list)
+    sweeps: list = field(default_factory=list)
 
 
 @dataclass

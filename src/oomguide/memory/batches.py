@@ -15,8 +15,9 @@ batch size, or a fitted trace whose tracker peak is not the run's, and the famil
 Batch size 1 is never derived (a dimension of size 1 can change which copies PyTorch makes).
 Only for oomguide's GPT on fake tensors, and not for ``estimate_loss`` with ``eval_batch_size``
 (the number of chunks follows the batch size): ``predict`` decides, and ``distributed.predict``
-for DDP, whose verdict is the tracker's on allocated memory (``trace_fits``, checked against the
-tracker at every run). Arithmetic on traces; never imports torch.cuda.
+for DDP and FSDP2, whose verdict is the rank's trace replayed through the allocator (checked against
+the run's at every run; FSDP2's in the order ``tracker.as_judged`` gives). Arithmetic on traces;
+never imports torch.cuda.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Family:
     """Real runs of one prediction at several batch sizes, and their traces fitted on the batch size."""
 
     runs: dict = field(default_factory=dict)  # batch size -> Run
-    fitted: list | None = None  # per trace: (pre, events, checks) with (slope, constant) sizes
+    fitted: list | None = None  # per trace: (pre, events, checks, sweeps) with (slope, constant) sizes
     broken: bool = False  # the runs disagree with the model: every probe is a real run
 
     def add(self, run: Run) -> None:
@@ -74,6 +75,7 @@ class Family:
                 made.pre != _sizes_only(real.pre)
                 or made.events != _sizes_only(real.events, True)
                 or made.checks != real.checks
+                or made.sweeps != real.sweeps
             ):
                 self.broken = True
                 return
@@ -90,12 +92,13 @@ class Family:
         if self.fitted is None:
             return None
         made = []
-        for pre, events, checks in self.fitted:
+        for pre, events, checks, sweeps in self.fitted:
             made.append(
                 Trace(
                     pre=[(uid, k * batch + c, what) for uid, k, c, what in pre],
-                    events=[(kind, uid, k * batch + c, None) for kind, uid, k, c in events],
+                    events=[(kind, uid, k * batch + c, what) for kind, uid, k, c, what in events],
                     checks=list(checks),
+                    sweeps=list(sweeps),
                 )
             )
         return made
@@ -179,10 +182,15 @@ def trace_fits(trace: Trace, budget: int, rounding=block_size) -> bool:
 
 
 def _sizes_only(items, events=False):
-    """A real trace's pre or events without the descriptions (what a fitted trace holds)."""
+    """A real trace's pre or events without the descriptions of ops (what a fitted trace holds)."""
     if events:
-        return [(kind, uid, nbytes, None) for kind, uid, nbytes, _what in items]
+        return [(kind, uid, nbytes, _plain(what)) for kind, uid, nbytes, what in items]
     return list(items)
+
+
+def _plain(what):
+    """What a fitted trace keeps of an event's description: a word ("resize_", ``tracker.as_judged``)."""
+    return what if isinstance(what, str) else None
 
 
 def _size(na: int, a: int, nb: int, b: int) -> tuple[int, int] | None:
@@ -206,7 +214,12 @@ def _fit(a: Run, b: Run) -> list | None:
         return None
     fitted = []
     for ta, tb in zip(a.traces, b.traces):
-        if len(ta.pre) != len(tb.pre) or len(ta.events) != len(tb.events) or ta.checks != tb.checks:
+        if (
+            len(ta.pre) != len(tb.pre)
+            or len(ta.events) != len(tb.events)
+            or ta.checks != tb.checks
+            or ta.sweeps != tb.sweeps
+        ):
             return None
         pre = []
         for (ua, na, wa), (ub, nb, wb) in zip(ta.pre, tb.pre):
@@ -221,6 +234,6 @@ def _fit(a: Run, b: Run) -> list | None:
             size = _size(na, a.batch, nb, b.batch)
             if size is None:
                 return None
-            events.append((ka, ua, *size))
-        fitted.append((pre, events, list(ta.checks)))
+            events.append((ka, ua, *size, _plain(wa)))
+        fitted.append((pre, events, list(ta.checks), list(ta.sweeps)))
     return fitted

@@ -37,7 +37,7 @@ from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
 from .models import ModelSource, no_init
 from .predict import PHASES, PhaseResult, _run_phase, second_batch
-from .tracker import AllocationTracker
+from .tracker import AllocationTracker, as_judged
 from .units import CONTEXT_BYTES, usable_bytes
 
 STRATEGIES = ("ddp", "fsdp")
@@ -326,8 +326,9 @@ def predict(
 
     Same arguments and result as ``memory.predict``; the breakdown adds ``ddp_buckets`` under DDP.
     ``fake=False`` runs on real CPU tensors (FSDP2: in the real process group the caller set up),
-    to check the prediction against a real run. `search=True` (the batch-size search): DDP's peak
-    and verdict (on allocated memory) may come from two runs at other batch sizes (``batches``).
+    to check the prediction against a real run. `search=True` (the batch-size search): the peak
+    and verdict may come from two runs at other batch sizes (``batches``), under DDP and FSDP2 alike
+    (issue 23: FSDP2's traces are affine in the batch size too; every later run checks it).
     `capability`: the card's compute capability, which picks CUDA's attention kernel (``kernels``).
     `compiled=True`: the model as torch.compile runs it (``compiled``'s rules, as for one process:
     nanoGPT's train.py compiles before it wraps the model in DDP). The verdict is on reserved memory,
@@ -362,17 +363,17 @@ def predict(
     run_config = config if batch_size is None else config.replace(batch_size=batch)
     budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
     family = None
-    if fake and parallel.strategy == "ddp" and source.path is None and source.gpt_class is GPT:
+    if fake and source.path is None and source.gpt_class is GPT:
         if not (phase == "estimate_loss" and config.eval_batch_size):  # as many chunks as b needs
             values = sorted((k, v) for k, v in config.values.items() if k != "batch_size")
             family = repr(
-                ("ddp", values, phase, state, seed, eval_iters, stale_logits, parallel, capability, compiled)
+                (values, phase, state, seed, eval_iters, stale_logits, parallel, capability, compiled)
             )
     if search and family is not None and budget is not None:
         runs = batches.family(family)
         if not runs.ready(batch) and len(runs.runs) == 1 and not runs.broken and batch != 1:
             second = second_batch(next(iter(runs.runs)))
-            if second != batch and not prefetch.collect(family, second, batches.remember):
+            if not prefetch.collect(family, second, batches.remember) and second != batch:
                 options = dict(
                     source=source,
                     state=state,
@@ -383,11 +384,12 @@ def predict(
                 )
                 predict(asked, phase, None, parallel, batch_size=second, stale_logits=stale_logits, **options)
         if runs.ready(batch):
-            trace = runs.traces(batch)[-1]
+            trace = as_judged(runs.traces(batch)[-1], budget)
             fits = _replay_fits(trace, budget, gpu_memory, alloc_conf)
             return PhaseResult(
                 phase, "predicted", batch, runs.peak(batch), 0, "", budget_bytes=budget, fits=fits
             )
+
     gpt_config = run_config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
     ctx = compiled_context(config.dtype) if compiled else cuda_autocast_context(config.dtype)
@@ -445,10 +447,11 @@ def predict(
             result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
-    reserved.judge(result, [tracker.trace], 0, gpu_memory, alloc_conf)
+    judged = as_judged(tracker.trace, budget)
+    reserved.judge(result, [judged], 0, gpu_memory, alloc_conf)
     if family is not None:
         batches.remember(family, batch, [tracker.trace], tracker.peak)
-        if budget is not None and _replay_fits(tracker.trace, budget, gpu_memory, alloc_conf) != result.fits:
+        if budget is not None and _replay_fits(judged, budget, gpu_memory, alloc_conf) != result.fits:
             batches.family(family).broken = True  # the verdict from the trace is not the run's
     return result
 

@@ -421,7 +421,7 @@ def _derived(family, config, phase, gpu_memory, batch, budget, alloc_conf, run) 
     if not runs.ready(batch) and len(runs.runs) == 1 and not runs.broken:
         (only,) = runs.runs
         second = second_batch(only)
-        if second != batch and not prefetch.collect(family, second, batches.remember):
+        if not prefetch.collect(family, second, batches.remember) and second != batch:
             # its traces are what is wanted: no verdict of its own
             _, traces, peak = _run(config, phase, second, None, run_config_of(config, second, second), **run)
             batches.remember(family, second, traces, peak)

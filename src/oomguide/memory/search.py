@@ -21,7 +21,7 @@ def second_runs(predictor, config: TrainConfig, checks, *, source=None, **option
     """The runs that the searches of `checks` ((phase, options) in order) will derive their probes
     from besides the config's own (``batches``): calls of `predictor` at the second batch size, with
     no card (``prefetch`` makes them ahead). None for a phase whose runs form no family: a reader's
-    model, estimate_loss in chunks of eval_batch_size (``predict``; FSDP is never derived)."""
+    model, estimate_loss in chunks of eval_batch_size (``predict``, ``distributed.predict``)."""
     if source is not None and source.path is not None:
         return []
     calls = []

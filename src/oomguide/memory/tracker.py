@@ -83,6 +83,7 @@ class AllocationTracker(TorchDispatchMode):
         # (key, uid) of the swept storages that died since the last sweep, noted by weakref callbacks
         # (a storage's Python object lives exactly as long as the storage): a sweep looks at those only
         self._died: list[tuple[int, int]] = []
+        self._grown = False  # a resize_ grew a storage (``as_judged``)
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
@@ -167,8 +168,11 @@ class AllocationTracker(TorchDispatchMode):
             return
         nbytes = self.rounding(storage.nbytes()) if storage.nbytes() else 0
         grown = nbytes - entry.nbytes
-        if grown > 0 and self._may_cross(grown):
-            self._sweep()
+        if grown > 0:
+            # settled before the new block, as in __torch_dispatch__: the trace's order of frees and
+            # allocations is then the same at every batch size (``batches`` derives from it);
+            # ``as_judged`` gives the order the verdict is judged on
+            self._sweep(growth=True)
         if grown < 0 and self._pending:
             self._snapshot()
         if (
@@ -190,22 +194,21 @@ class AllocationTracker(TorchDispatchMode):
         if self.current > self.peak:
             self._record_peak()
 
-    def _may_cross(self, nbytes: int) -> bool:
-        """Could `nbytes` more make a new peak or cross the budget? (``current`` may still count the dead.)"""
-        if self.current + nbytes > self.peak:
-            return True
-        return self.budget is not None and self.failing is None and self.current + nbytes > self.budget
-
-    def _sweep(self) -> None:
-        """Free the swept storages that died since the last sweep, in the order they were allocated."""
-        if not self._died:
-            return
-        died, self._died[:] = sorted(self._died, key=lambda d: d[1]), []
-        dead = [k for k, uid in died if (e := self.live.get(k)) is not None and e.uid == uid]
-        if dead and self._pending:
-            self._snapshot()  # the storages still listed were alive at the peak: take its picture now
-        for k in dead:
-            self._drop(self.live, k)
+    def _sweep(self, growth: bool = False) -> None:
+        """Free the swept storages that died since the last sweep, in the order they were allocated
+        (`growth`: before a resize_ that grows a storage; noted in the trace's ``sweeps``)."""
+        start = len(self.trace.events)
+        if self._died:
+            died, self._died[:] = sorted(self._died, key=lambda d: d[1]), []
+            dead = [k for k, uid in died if (e := self.live.get(k)) is not None and e.uid == uid]
+            if dead and self._pending:
+                self._snapshot()  # the storages still listed were alive at the peak: take its picture now
+            for k in dead:
+                self._drop(self.live, k)
+        freed = len(self.trace.events) - start
+        self._grown = self._grown or growth
+        if freed or self._grown:  # after a resize grew, every sweep: one may settle what it held back
+            self.trace.sweeps.append((start, freed, growth))
 
     def _tag(self, func, t: torch.Tensor, args) -> str:
         if self.tag_new:
@@ -334,3 +337,86 @@ def _plain(tensors):
             yield from _plain(getattr(t, n) for n in names)
         else:
             yield t
+
+
+def as_judged(trace: Trace, budget: int | None, rounding=block_size) -> Trace:
+    """`trace` in the order the verdict and the reserved figures are judged on: the frees settled
+    before a ``resize_`` that grows a storage (FSDP2 gathering a Block's parameters) held back, as
+    the tracker has always booked them, until the next op's allocation, unless that resize could
+    make a new peak or cross `budget` (the tracker's ``budget``). Which ones are held back depends
+    on the sizes, so the tracker records every free where it happens (the same order at every batch
+    size: ``batches`` derives probes from it) and this gives the booked order back, exactly."""
+    if not any(growth for _, _, growth in trace.sweeps):
+        return trace  # no resize_ grew a storage: nothing was held back
+    sweeps: dict[int, list] = {}
+    for start, freed, growth in trace.sweeps:
+        sweeps.setdefault(start, []).append((freed, growth))
+    checks: dict[int, int] = {}
+    for at in trace.checks:
+        checks[at] = checks.get(at, 0) + 1
+    events = trace.events
+    booked, current, peak, failing = {}, 0, 0, False
+    for uid, nbytes, _what in trace.pre:
+        booked[uid] = rounding(nbytes)
+        current += booked[uid]
+        if budget is not None and booked[uid] and current > budget:
+            failing = True
+    out, held, new_checks = [], [], []
+    held_bytes = 0
+
+    def settle(frees):  # a sweep: what was held back and its own frees, in the order allocated
+        nonlocal held, held_bytes
+        out.extend(sorted(held + frees, key=lambda e: e[1]))
+        held, held_bytes = [], 0
+
+    def crosses(nbytes: int) -> bool:
+        return budget is not None and not failing and current + nbytes > budget
+
+    i = 0
+    while i <= len(events):
+        for _ in range(checks.pop(i, 0)):  # a storage of 0 bytes: an op's allocation, swept before
+            settle([])
+            new_checks.append(len(out))
+            failing = failing or crosses(rounding(0))
+            peak = max(peak, current)
+        if i == len(events):
+            break
+        if i in sweeps:
+            for freed, growth in sweeps.pop(i):
+                frees = events[i : i + freed]
+                if growth:
+                    at = i + freed
+                    kind, uid, nbytes, _what = events[at]
+                    if kind != ALLOC:  # the storage's own free, then its new size
+                        nbytes = events[at + 1][2]
+                    lazy = current + held_bytes
+                    grown = rounding(nbytes) - booked.get(uid, 0)
+                    keep = not (
+                        lazy + grown > peak or (budget is not None and not failing and lazy + grown > budget)
+                    )
+                for _kind, uid, _n, _what in frees:
+                    size = booked.pop(uid, 0)
+                    current -= size
+                    if growth and keep:
+                        held_bytes += size
+                if growth and keep:
+                    held = held + list(frees)
+                else:
+                    settle(list(frees))
+                i += freed
+            continue
+        kind, uid, nbytes, what = events[i]
+        if kind == ALLOC:
+            if what != "resize_":
+                settle([])  # an op's allocation: swept before
+            size = rounding(nbytes)
+            failing = failing or crosses(size)
+            booked[uid] = size
+            current += size
+            peak = max(peak, current)
+        else:
+            current -= booked.pop(uid, 0)
+        out.append(events[i])
+        i += 1
+    settle([])  # the tracker's exit sweeps last
+    return Trace(pre=trace.pre, events=out, checks=new_checks)
