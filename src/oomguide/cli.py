@@ -253,7 +253,7 @@ def main(argv=None) -> int:
     """The command line (`argv`: its arguments; None: the program's own, ``sys.argv``)."""
     rc = _main(argv)
     if argv is None:
-        _flush_output()
+        _leave(rc)
     return rc
 
 
@@ -290,15 +290,19 @@ def _engine_errors() -> tuple[type[Exception], ...]:
     return (models.PredictionError,) if models else ()
 
 
-def _flush_output() -> None:
-    """Flush what the program printed; output piped into a reader that closed it (`head`) is dropped
-    without a traceback when the interpreter flushes again at exit (the prefetching child, if any,
-    is ended at exit: ``prefetch.stop``)."""
-    try:
-        sys.stdout.flush()
-    except (BrokenPipeError, OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+def _leave(rc: int) -> None:
+    """End the program now, its output flushed: tearing down an interpreter that imported PyTorch
+    takes most of a second, and nothing of this process outlives it (the prefetching child, if any,
+    is ended first)."""
+    prefetch = sys.modules.get("oomguide.memory.prefetch")  # imported by check only: no child otherwise
+    if prefetch:
+        prefetch.stop()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+    os._exit(rc)
 
 
 if __name__ == "__main__":
