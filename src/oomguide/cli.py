@@ -262,6 +262,11 @@ def _main(argv) -> int:
     parser = _explain_parser() if words[:1] == ["explain"] else build_parser()
     args = parser.parse_args(argv)
     args.program = argv is None
+    if args.program and (args.command == "check" or args.configs or args.set):
+        # the program itself (not a call from Python) with a prediction ahead: TorchDynamo only if needed
+        from .memory import light_dynamo
+
+        light_dynamo.install()
     try:
         if args.command == "check":
             return run_check(args)

@@ -18,6 +18,7 @@ The package, one module per job:
 - ``search``      the batch-size search (``max_batch_size``)
 - ``batches``     a phase's traces as functions of the batch size: the search's probes from two runs
 - ``prefetch``    ``oomguide check``: those second runs made meanwhile by a forked child
+- ``light_dynamo`` ``oomguide``: ``torch._dynamo`` loaded only when more than fake tensors need it
 - ``measure``     a phase on a real GPU: the only module that calls torch.cuda
 - ``distributed`` one rank of several: DDP (its reducer's buckets modelled) and FSDP2 (run for real
                   over the fake process group); ``from oomguide.memory import distributed``

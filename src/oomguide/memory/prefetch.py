@@ -8,12 +8,6 @@ sends each one's traces back as soon as it has them (a thread writes them, so th
 while the parent is busy); the search files them (``collect``) instead of running them. The result is the same either way: the child runs the same code on the same inputs,
 and ``batches`` checks its traces against the parent's run like any other.
 
-Kept because a goal of issue 23 needs it: ``oomguide check config/finetune_shakespeare.py
---nproc-per-node 8 --strategy fsdp`` (gpt2-xl, FSDP2's six runs) within 15 s on a two-core machine.
-The parent makes 10.8 s of runs with the child beside it, 19.3 s without (CPU seconds of the parent,
-measured in nanoGPT's checkout with PyTorch 2.13; the child's 8 s run on the other core meanwhile).
-On GPT-2 124M it takes 0.6 s of 3.2 (the goal there, 1.6x `import torch`, is not met either way).
-
 Only for the program ``oomguide check`` on Linux (``fork`` without ``exec`` after importing PyTorch
 and before any tensor operation); anything that goes wrong in the child only means the parent makes
 the run itself. ``OOMGUIDE_PREFETCH=0`` turns it off. Never imports torch.cuda.

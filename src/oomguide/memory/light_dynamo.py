@@ -1,0 +1,61 @@
+"""A prediction's process without TorchDynamo's 1.3 s import: ``torch._dynamo`` loaded on demand.
+
+Fake tensors need two things of ``torch._dynamo``: its ``config`` module (read when a
+``FakeTensorMode`` is made) and ``disable`` (the fake tensor's dispatch is wrapped in
+``torch._disable_dynamo``, which imports ``torch._dynamo`` on the first call); the optimizer's step
+calls ``graph_break``. Importing the package
+imports the whole compiler (symbolic_convert, trace_rules, variables...): more than a second on a
+laptop, as long as the rest of ``oomguide check`` on the default config.
+
+``install()`` puts in ``sys.modules`` a ``torch._dynamo`` whose package ``__init__`` has not run yet:
+its submodules (``torch._dynamo.config``) import as usual; ``disable`` wraps nothing and
+``graph_break`` does nothing, which is what the real ones do when no frame is being compiled (nothing is compiled in a prediction: torch.compile
+is modelled, ``compiled``); any other name runs the real ``__init__`` first, so code that needs
+Dynamo gets all of it. Only the CLI installs it, before the first prediction; a process that already
+imported Dynamo keeps it. Never imports torch.cuda.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+
+def _disable(fn=None, recursive=True, **_options):
+    """torch._dynamo.disable outside compilation: the function itself (no frame is being compiled)."""
+    if fn is None:
+        return lambda f: f
+    return fn
+
+
+def _graph_break(msg: str = "") -> None:
+    """torch._dynamo.graph_break outside compilation: nothing (the optimizer's step calls it)."""
+
+
+def install() -> bool:
+    """Make ``torch._dynamo`` load lazily in this process; False if it is loaded already (or cannot be)."""
+    if "torch._dynamo" in sys.modules:
+        return False
+    import torch
+
+    spec = importlib.util.find_spec("torch._dynamo")
+    if spec is None or spec.loader is None or not spec.submodule_search_locations:
+        return False
+    module = importlib.util.module_from_spec(spec)
+
+    def __getattr__(name: str):
+        # anything beyond config and disable: the real package, loaded into this module
+        if name.startswith("__"):
+            raise AttributeError(name)
+        del module.__dict__["__getattr__"]
+        for own in ("disable", "graph_break"):
+            module.__dict__.pop(own, None)
+        spec.loader.exec_module(module)
+        return getattr(module, name)
+
+    module.disable = _disable
+    module.graph_break = _graph_break
+    module.__getattr__ = __getattr__
+    sys.modules["torch._dynamo"] = module
+    torch._dynamo = module
+    return True
