@@ -193,10 +193,16 @@ def _explain_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(lang: str):
+def _progress(lang: str, shown: list):
+    """The batch search's progress line on stderr, one line per phase (`shown`: the phases shown, so
+    that the caller ends the last line)."""
     from .check_render import progress_line
 
     def start(phase: str):
+        if shown:
+            print(file=sys.stderr)  # end the previous phase's line
+        shown.append(phase)
+
         def report(done: int) -> None:
             print("\r  " + progress_line(phase, done, lang), end="", file=sys.stderr, flush=True)
 
@@ -231,11 +237,11 @@ def run_check(args) -> int:
 
     quiet = args.json or not sys.stderr.isatty()
     run = verdict.prepare(request_of(args))
-    progress = None if quiet else _progress(args.lang)
+    shown: list = []
+    progress = None if quiet else _progress(args.lang, shown)
     out = verdict.verdict(run, progress=progress, prefetch=getattr(args, "program", False))
-    if args.no_search:
-        for entry in out["phases"].values():
-            entry.pop("max_batch_size", None)
+    if shown:
+        print(file=sys.stderr)  # the last progress line ends before the answer
     if args.json:
         print(json.dumps(out, indent=2))
     else:
