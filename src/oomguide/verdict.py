@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import checkout, memory, versions
 from .config import EXTENSION_DEFAULTS, TrainConfig, load_config
@@ -185,7 +185,7 @@ def prepare(request: Request) -> Run:
         code=code,
         source=source,
         stale_logits=not code.drops_stale_logits,
-        card=_card(request),
+        card=card_of(request),
         parallel=parallel,
         phases=phases,
         notes=notes,
@@ -193,7 +193,7 @@ def prepare(request: Request) -> Run:
     )
 
 
-def _card(request: Request):
+def card_of(request: Request):
     """The card (--gpu, or --gpu-memory with --capability or an assumed 8.6) and the allocator setting."""
     from types import SimpleNamespace
 
@@ -205,6 +205,17 @@ def _card(request: Request):
     else:
         conf = allocator.alloc_conf_from_env()
     return SimpleNamespace(gpu=gpu, total_memory=gpu.total_memory, alloc_conf=conf)
+
+
+def judge(request: Request):
+    """(the prepared run, a function card bytes -> its verdict on that card): settings and code read
+    once, the card given later (explain: the card of the message)."""
+    run = prepare(request)
+
+    def on_card(card_bytes: int) -> dict:
+        return verdict(replace(run, card=card_of(replace(request, gpu_memory=card_bytes))))
+
+    return run, on_card
 
 
 def search_note(run: Run, name: str) -> str | None:

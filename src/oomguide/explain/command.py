@@ -113,20 +113,14 @@ def run(args) -> int:
     text, source = read_input(args.file, args.lang)
     config, notes, judge = None, [], None
     if args.configs or args.set:
-        from dataclasses import replace
-
         from .. import verdict
 
         # the settings and the code as `oomguide check` reads them: one verdict for one config
         request = verdict.Request(
             configs=args.configs, overrides=args.set, nanogpt=args.nanogpt, search=False
         )
-        prepared = verdict.prepare(request)
+        prepared, judge = verdict.judge(request)
         config, notes = prepared.config, prepared.notes
-
-        def judge(card_bytes):
-            card = verdict._card(replace(request, gpu_memory=card_bytes))
-            return verdict.verdict(replace(prepared, card=card))
 
     def progress(phase):
         if not args.json and sys.stderr.isatty():

@@ -289,9 +289,7 @@ def explain(
             if judge is None:
                 from .. import verdict
 
-                def judge(card_bytes):
-                    request = verdict.Request(config=config, gpu_memory=card_bytes, search=False)
-                    return verdict.verdict(request)
+                _, judge = verdict.judge(verdict.Request(config=config, search=False))
 
             if progress:
                 progress("train_step, estimate_loss")
