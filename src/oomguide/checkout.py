@@ -199,14 +199,11 @@ def find(configs=(), cwd: str | Path | None = None, explicit: str | Path | None 
     """The checkout a run belongs to: `explicit` (--nanogpt), else the first of the working directory
     and each config's checkout (``config/x.py``'s parent, else its folder) that has a train.py, as
     train.py's data and checkpoint are looked for; UNCHANGED when there is none."""
+    from .config import checkout_places
+
     if explicit is not None:
         return read(Path(explicit).resolve())
-    cwd = Path.cwd() if cwd is None else Path(cwd)
-    places = [cwd]
-    for config in configs:
-        folder = Path(config).resolve().parent
-        places.append(folder.parent if folder.name == "config" else folder)
-    for place in places:
+    for place in checkout_places(configs, Path.cwd() if cwd is None else Path(cwd)):
         if (place / "train.py").is_file():
             return read(place.resolve())
     return UNCHANGED

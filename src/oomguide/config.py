@@ -359,7 +359,7 @@ def read_meta_vocab(path: str | Path) -> int:
     return vocab
 
 
-def _checkouts(paths, cwd: Path) -> list[Path]:
+def checkout_places(paths, cwd: Path) -> list[Path]:
     """Where train.py would look: the working directory, then the checkout each config file lives in
     (its directory's parent for nanoGPT's ``config/train_x.py``, else its own directory)."""
     out = [cwd]
@@ -400,7 +400,7 @@ def resolve_model_args(config: TrainConfig, paths=(), explicit=(), cwd: str | Pa
     """
     v = config.values
     cwd = Path.cwd() if cwd is None else Path(cwd)
-    places = _checkouts(paths, cwd)
+    places = checkout_places(paths, cwd)
     if v["init_from"] in PRETRAINED_SHAPES:
         config.vocab_from = f"GPT-2's 50257 (init_from={v['init_from']!r})"
         return
