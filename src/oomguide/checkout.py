@@ -17,15 +17,15 @@ and says what it does:
   with the guide's checkpointed ``GPT.forward``), which oomguide's GPT reproduces allocation for
   allocation (tests/test_checkout.py compares them), from any other, which is run as it is.
 
-The same description comes from the snippets a page applies (:func:`from_snippets`), so that a
-page's figure and ``oomguide check`` on a checkout with those snippets are one computation.
+A page's figures are ``oomguide check`` run in a copy of the checkout with the page's snippets
+applied (examples/test_nanogpt.py), so they are this module's reading of that code too.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # The settings only the guide's code changes read: key -> (what reads it, the guide's section).
@@ -207,25 +207,6 @@ def find(configs=(), cwd: str | Path | None = None, explicit: str | Path | None 
         if (place / "train.py").is_file():
             return read(place.resolve())
     return UNCHANGED
-
-
-# --- the code a page's snippets make ------------------------------------------------------------
-SNIPPET_CHANGES = {
-    "eval-oom-12gb/estimate_loss_chunked.py": {"eval_batch_size": True},
-    "eval-oom-12gb/get-batch-eval-call.py": {"eval_block_size": True},
-    "beyond/drop-stale-logits.py": {"drops_stale_logits": True},
-    "eval-oom-12gb/checkpointed_forward.py": {"model": "nanogpt+checkpointed_forward"},
-}
-
-
-def from_snippets(snippets, base: Code | None = None) -> Code:
-    """The Code of nanoGPT with these guide snippets applied (placement.toml's targets)."""
-    code = base or Code(where="nanoGPT with the guide's snippets " + ", ".join(snippets))
-    for rel in snippets:
-        change = SNIPPET_CHANGES.get(rel)
-        if change:
-            code = replace(code, **change)
-    return code
 
 
 if __name__ == "__main__":  # print a checkout's model fingerprint (to record KNOWN_MODELS)

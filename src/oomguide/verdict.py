@@ -34,7 +34,6 @@ class Request:
     configs: list = field(default_factory=list)
     overrides: list = field(default_factory=list)  # key=value, as train.py's --key=value
     nanogpt: str | None = None  # the reader's checkout (None: found from the config or the cwd)
-    code: checkout.Code | None = None  # the code, given instead of found (the pages' snippets)
     model: str | None = None  # a model.py to run instead of the checkout's
     gpu: str | None = None
     gpu_memory: int = memory.DEFAULT_GPU_MEMORY
@@ -160,7 +159,7 @@ def prepare(request: Request) -> Run:
             warnings.simplefilter("always")
             config = load_config(request.configs, request.overrides, find_files=True, cwd=request.cwd)
         notes = [str(w.message) for w in caught] + list(config.notes)
-    code = request.code or checkout.find(request.configs, request.cwd, request.nanogpt)
+    code = checkout.find(request.configs, request.cwd, request.nanogpt)
     notes += list(code.notes)
     model_path = request.model or (str(code.model_path) if code.model_path else None)
     config, code_notes = apply_code(config, code, model_path)
