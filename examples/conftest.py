@@ -363,25 +363,32 @@ def pytest_sessionfinish(session, exitstatus):
         print(f"\noomguide: figures in {figs.STORE.name} that no example computed: {', '.join(unchecked)}")
 
 
-def check_says(*snippets: str, argv=()) -> dict:
-    """What `oomguide check --json` says for a page's config: its config snippets (and the ones they
-    need) as config files, in order, on the default card. A page prints these figures for that
-    config, so the page and `check` cannot disagree (one verdict: oomguide.verdict). Code changes
-    are not config files: a page that needs one computes with the verdict on that code."""
+def check_json(*argv: str) -> dict:
+    """`oomguide check ... --json --no-search`, in this process, as a dict."""
     import contextlib
     import io
     import json as _json
 
-    from oomguide import placement
     from oomguide.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["check", *argv, "--json", "--no-search"])
+    assert rc in (0, 1), out.getvalue()
+    return _json.loads(out.getvalue())
+
+
+def check_says(*snippets: str, argv=()) -> dict:
+    """What `oomguide check --json` says for a page's config: its config snippets (and the ones they
+    need) as config files, in order, on the default card. A page prints these figures for that
+    config, so the page and `check` cannot disagree (one verdict: oomguide.verdict). Code changes
+    are not config files: figures that need one are checked in a nanoGPT checkout with the change
+    (examples/test_nanogpt.py, check_on_nanogpt)."""
+    from oomguide import placement
 
     places = placement.load()
     expanded = placement.expand(snippets, places)
     code = [rel for rel in expanded if places[rel].is_code]
     assert not code, f"{code}: code changes need a checkout, not `check` on config files alone"
     files = [str(SNIPPETS / rel) for rel in expanded if places[rel].kind == "config"]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        rc = main(["check", *files, "--json", "--no-search", *argv])
-    assert rc in (0, 1), out.getvalue()
-    return _json.loads(out.getvalue())
+    return check_json(*files, *argv)

@@ -175,29 +175,7 @@ class NanoGPT:
         Returns (config files, shell/env snippets, every snippet applied). ``code=False``: the config
         lines only, on nanoGPT's own train.py and model.py (stock nanoGPT, to compare with).
         """
-        placements = placements or placement.load()
-        configs: list[str] = []
-        shell: list[str] = []
-        applied: list[str] = []
-        for rel in placement.expand(snippets, placements):
-            place = placements[rel]
-            if not code and place.kind != "config":
-                continue
-            applied.append(rel)
-            text = (SNIPPETS / rel).read_text(encoding="utf-8")
-            if place.kind == "config":
-                path = folder / place.file
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with path.open("a", encoding="utf-8") as f:
-                    f.write(text if text.endswith("\n") else text + "\n")
-                if place.file not in configs:
-                    configs.append(place.file)
-            elif place.is_code:
-                target = folder / place.file
-                target.write_text(placement.apply(place, text, target.read_text(encoding="utf-8")), "utf-8")
-            else:
-                shell.append(rel)
-        return configs, shell, applied
+        return placement.apply_to(folder, snippets, placements, code)
 
     # --- data -------------------------------------------------------------------------------
     def write_data(self, folder: Path, dataset: str, vocab: int | None, block: int) -> None:

@@ -20,18 +20,15 @@ Each run is checked from the outside (examples/nanogpt_run.py records it):
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import check_json
 from nanogpt_checkout import DROP_STALE, starts_training
 from oomguide import memory, placement
-from oomguide.cli import main
 from oomguide.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -413,26 +410,15 @@ _CHECKED: dict = {}
 
 
 def check_on_nanogpt(nanogpt, snippets, overrides) -> dict:
-    """`oomguide check --json` on a copy of the reader's checkout with `snippets` applied (code where
-    placement.toml says; config snippets as the config files, in order), as a reader would run it."""
+    """`oomguide check --json` in a copy of the reader's checkout with `snippets` applied where
+    placement.toml says (code in train.py/model.py, config lines in the checkout's config file), on
+    that config file, as a reader would run it."""
     key = (snippets, overrides)
     if key not in _CHECKED:
         folder = nanogpt.copy("check-" + Path(snippets[-1]).stem)
-        files = []
-        for rel in placement.expand(snippets, PLACEMENTS):
-            place = PLACEMENTS[rel]
-            if place.is_code:
-                target = folder / place.file
-                text = (ROOT / "snippets" / rel).read_text(encoding="utf-8")
-                target.write_text(placement.apply(place, text, target.read_text(encoding="utf-8")), "utf-8")
-            elif place.kind == "config":
-                files.append(str(ROOT / "snippets" / rel))
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            argv = ["check", *files, "--nanogpt", str(folder), "--json", "--no-search"]
-            rc = main([*argv, *(f"--set={o}" for o in overrides)])
-        assert rc in (0, 1), out.getvalue()
-        _CHECKED[key] = json.loads(out.getvalue())
+        configs, _, _ = nanogpt.apply(folder, snippets)
+        files = [str(folder / c) for c in configs]
+        _CHECKED[key] = check_json(*files, "--nanogpt", str(folder), *(f"--set={o}" for o in overrides))
     return _CHECKED[key]
 
 

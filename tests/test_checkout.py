@@ -18,7 +18,6 @@ from oomguide import checkout, memory, placement, verdict
 from oomguide.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-SNIPPETS = ROOT / "snippets"
 MESSAGE = ROOT / "tests" / "golden" / "messages" / "article-estimate-loss.txt"
 
 
@@ -40,16 +39,7 @@ def copy_of_nanogpt(tmp_path):
     def make(*snippets: str) -> Path:
         dest = tmp_path / f"nanoGPT-{len(list(tmp_path.iterdir()))}"
         shutil.copytree(NANOGPT, dest, ignore=shutil.ignore_patterns(".git", "__pycache__", "data", "out*"))
-        places = placement.load()
-        for rel in placement.expand(snippets, places):
-            place = places[rel]
-            text = (SNIPPETS / rel).read_text(encoding="utf-8")
-            if place.is_code:
-                target = dest / place.file
-                target.write_text(placement.apply(place, text, target.read_text(encoding="utf-8")), "utf-8")
-            elif place.kind == "config":
-                with (dest / place.file).open("a", encoding="utf-8") as f:
-                    f.write(text + "\n")
+        placement.apply_to(dest, snippets)
         return dest
 
     return make

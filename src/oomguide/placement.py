@@ -236,6 +236,40 @@ def rest_of(place: Placement, snippet_text: str) -> bool:
     )
 
 
+def apply_to(
+    folder: Path, snippets, placements: dict[str, Placement] | None = None, code: bool = True
+) -> tuple[list[str], list[str], list[str]]:
+    """Put the snippets (and what they need) into the nanoGPT checkout at `folder`, where this table
+    says: config lines appended to their config file, code into train.py/model.py (:func:`apply`).
+
+    Returns (config files, relative to `folder`; shell/env snippets, which run rather than go into a
+    file; every snippet applied). ``code=False``: the config lines only (nanoGPT's own code kept).
+    """
+    placements = placements or load()
+    configs: list[str] = []
+    shell: list[str] = []
+    applied: list[str] = []
+    for rel in expand(snippets, placements):
+        place = placements[rel]
+        if not code and place.kind != "config":
+            continue
+        applied.append(rel)
+        text = (SNIPPETS / rel).read_text(encoding="utf-8")
+        if place.kind == "config":
+            path = folder / place.file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as f:
+                f.write(text if text.endswith("\n") else text + "\n")
+            if place.file not in configs:
+                configs.append(place.file)
+        elif place.is_code:
+            target = folder / place.file
+            target.write_text(apply(place, text, target.read_text(encoding="utf-8")), "utf-8")
+        else:
+            shell.append(rel)
+    return configs, shell, applied
+
+
 # --- the page's "where this goes" line ---------------------------------------------------
 
 # the English words of the "where this goes" line: msgids of locale/<lang>/LC_MESSAGES/site.po
