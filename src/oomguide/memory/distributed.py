@@ -385,7 +385,7 @@ def predict(
                 predict(asked, phase, None, parallel, batch_size=second, stale_logits=stale_logits, **options)
         if runs.ready(batch):
             trace = as_judged(runs.traces(batch)[-1], budget)
-            fits = _replay_fits(trace, budget, gpu_memory, alloc_conf)
+            fits = reserved.fits([trace], budget, gpu_memory, alloc_conf)
             return PhaseResult(
                 phase, "predicted", batch, runs.peak(batch), 0, "", budget_bytes=budget, fits=fits
             )
@@ -451,16 +451,9 @@ def predict(
     reserved.judge(result, [judged], 0, gpu_memory, alloc_conf)
     if family is not None:
         batches.remember(family, batch, [tracker.trace], tracker.peak)
-        if budget is not None and _replay_fits(judged, budget, gpu_memory, alloc_conf) != result.fits:
+        if budget is not None and reserved.fits([judged], budget, gpu_memory, alloc_conf) != result.fits:
             batches.family(family).broken = True  # the verdict from the trace is not the run's
     return result
-
-
-def _replay_fits(trace, budget, gpu_memory, alloc_conf) -> bool:
-    """A rank's verdict from its trace alone: the caching allocator replayed under the card."""
-    conf = reserved.alloc_conf_from_env() if alloc_conf is None else alloc_conf
-    limit, fraction = reserved.limit_for(budget, gpu_memory, conf)
-    return reserved.replay([trace], conf, limit, measure_from=0, fraction=fraction).fits
 
 
 class _nothing:

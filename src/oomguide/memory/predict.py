@@ -17,7 +17,7 @@ from .. import loop
 from ..config import TrainConfig
 from ..model import GPT
 from . import batches, prefetch, reserved
-from .allocator import AllocConf, replay
+from .allocator import AllocConf
 from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
@@ -430,17 +430,8 @@ def _derived(family, config, phase, gpu_memory, batch, budget, alloc_conf, run) 
     traces = runs.traces(batch)
     peak = runs.peak(batch)
     result = PhaseResult(phase, "predicted", batch, peak, 0, "", budget_bytes=budget)
-    conf = reserved.alloc_conf_from_env() if alloc_conf is None else alloc_conf
-    limit, fraction = reserved.limit_for(budget, gpu_memory, conf)
-    if limit is None:
-        return None
-    if len(traces) == 1 and peak > limit:
-        # one trace, replayed under the limit from its start: the allocator holds at least what the
-        # tracker counts, so the replay would fail (a warm-up replayed without the limit may not)
-        result.fits = False
-    else:
-        result.fits = replay(traces, conf, limit, measure_from=len(traces) - 1, fraction=fraction).fits
-    return result
+    result.fits = reserved.fits(traces, budget, gpu_memory, alloc_conf, peak=peak)
+    return None if result.fits is None else result
 
 
 def second_batch(first: int) -> int:

@@ -40,6 +40,20 @@ def limit_for(budget: int | None, gpu_memory: int | None, conf: AllocConf) -> tu
     return budget, False
 
 
+def fits(traces: list[Trace], budget: int | None, gpu_memory: int | None, conf: AllocConf | None, peak=None):
+    """Whether the phase (the last of `traces`, the others its warm-up) fits the card on reserved
+    memory, the allocator replayed under it; None when there is no card to judge on. `peak`: the
+    tracker's peak of a single trace, which alone decides when it is over the limit (the allocator
+    holds at least what the tracker counts)."""
+    conf = alloc_conf_from_env() if conf is None else conf
+    limit, fraction = limit_for(budget, gpu_memory, conf)
+    if limit is None:
+        return None
+    if len(traces) == 1 and peak is not None and peak > limit:
+        return False
+    return replay(traces, conf, limit, measure_from=len(traces) - 1, fraction=fraction).fits
+
+
 def judge(
     result, traces: list[Trace], measure_from: int, gpu_memory: int | None, conf: AllocConf | None
 ) -> None:
