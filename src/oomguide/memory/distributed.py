@@ -407,9 +407,7 @@ def predict(
 
                 mesh = init_device_mesh("cpu", (dist.get_world_size(),))
             with torch.device("meta"), no_init():
-                model = source.build(gpt_config)
-            if compiled and hasattr(model, "graph_lifetimes"):
-                model.graph_lifetimes = True  # oomguide's GPT as Inductor runs it
+                model = source.build(gpt_config, compiled)
             shard(model, mesh, config.dtype)
             mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else _nothing()
             with mode, kernels:
@@ -421,9 +419,7 @@ def predict(
         else:
             with FakeTensorMode(allow_non_fake_inputs=False) if fake else _nothing(), kernels:
                 with no_init() if fake else _nothing():
-                    model = source.build(gpt_config)
-                if compiled and hasattr(model, "graph_lifetimes"):
-                    model.graph_lifetimes = True  # oomguide's GPT as Inductor runs it
+                    model = source.build(gpt_config, compiled)
                 model.train()
                 buckets = _ddp_buckets(  # alive as long as DDP is
                     model, tracker, parallel.gradient_as_bucket_view, run_config.gradient_accumulation_steps

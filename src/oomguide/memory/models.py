@@ -32,7 +32,15 @@ class ModelSource:
     config_class: type = GPTConfig
     path: str | None = None
 
-    def build(self, gpt_config: GPTConfig) -> torch.nn.Module:
+    def build(self, gpt_config: GPTConfig, compiled: bool = False) -> torch.nn.Module:
+        """The GPT of `gpt_config`; `compiled`: oomguide's GPT as Inductor runs it (its graph frees each
+        intermediate after its last use: ``GPT.graph_lifetimes``); a reader's model is run as it is."""
+        model = self._build(gpt_config)
+        if compiled and hasattr(model, "graph_lifetimes"):
+            model.graph_lifetimes = True
+        return model
+
+    def _build(self, gpt_config: GPTConfig) -> torch.nn.Module:
         accepted = {f for f in inspect.signature(self.config_class).parameters}
         args = {k: v for k, v in asdict(gpt_config).items() if k in accepted}
         if gpt_config.grad_checkpoint and "grad_checkpoint" not in accepted:

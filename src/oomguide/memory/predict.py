@@ -323,9 +323,7 @@ def _run(
         # GradScaler('cuda') on a CPU-only build warns that it disables itself
         warnings.simplefilter("ignore")
         with no_init() if fake else nullcontext():
-            model = source.build(gpt_config)
-        if compiled and hasattr(model, "graph_lifetimes"):
-            model.graph_lifetimes = True  # oomguide's GPT as Inductor runs it
+            model = source.build(gpt_config, compiled)
         model.train()
         model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
         warm_key = (
