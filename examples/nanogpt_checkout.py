@@ -16,6 +16,13 @@ Used by the ``nanogpt`` fixture (``pytest examples --nanogpt PATH``, or ``OOMGUI
   ``--gpu-memory`` card: a run that passes fits that card.
 - Only the settings passed on the command line are scaled: the config files hold the snippets
   exactly as the reader pastes them.
+- A run whose config resumes (``init_from = 'resume'``) first gets its checkpoint the way a reader
+  does: the same config, from scratch (``--init_from=scratch``), writes ``out/ckpt.pt`` in the same
+  copy; the resumed run then goes on from that checkpoint's step for two more iterations.
+- :meth:`NanoGPT.sample` runs nanoGPT's own ``sample.py`` on a checkpoint that a tiny run of its
+  train.py wrote (always tiny, on the CPU): the sample.py snippets' ``python sample.py ...`` lines
+  as the reader types them, or a plain ``python sample.py``, with ``--device=cpu`` and a short
+  ``num_samples``/``max_new_tokens`` (``SAMPLE_SCALE``) put before the reader's own settings.
 """
 
 from __future__ import annotations
@@ -48,6 +55,9 @@ CHAR_DATASETS = {"shakespeare_char": 65}  # datasets whose prepare.py writes a m
 
 
 TRAIN_LINE = re.compile(r"^\s*python3?\s+train\.py\b.*$", re.M)
+SAMPLE_LINE = re.compile(r"^\s*python3?\s+sample\.py\b.*$", re.M)
+# a tiny sampling run: a few samples, long enough to run past the tiny block_size (crop included)
+SAMPLE_SCALE = ("--device=cpu", "--num_samples=3", "--max_new_tokens=160")
 
 
 def _text(rel: str) -> str:
@@ -57,6 +67,11 @@ def _text(rel: str) -> str:
 def starts_training(rel: str) -> bool:
     """A shell snippet that runs `python train.py ...` itself."""
     return bool(TRAIN_LINE.search(_text(rel)))
+
+
+def starts_sampling(rel: str) -> bool:
+    """A shell snippet that runs `python sample.py ...`."""
+    return bool(SAMPLE_LINE.search(_text(rel)))
 
 
 class CheckoutError(ValueError):
@@ -187,9 +202,15 @@ class NanoGPT:
         n = max(50_000, 40 * block)
         rng.integers(0, high, n, dtype=np.uint16).tofile(data / "train.bin")
         rng.integers(0, high, n // 2, dtype=np.uint16).tofile(data / "val.bin")
-        if vocab:
+        if vocab:  # as shakespeare_char's prepare.py writes it: sample.py encodes and decodes with it
+            chars = [chr(i) for i in range(vocab)]
+            meta = {
+                "vocab_size": vocab,
+                "itos": dict(enumerate(chars)),
+                "stoi": {c: i for i, c in enumerate(chars)},
+            }
             with open(data / "meta.pkl", "wb") as f:
-                pickle.dump({"vocab_size": vocab}, f)
+                pickle.dump(meta, f)
 
     # --- scale ------------------------------------------------------------------------------
     def scale_args(
@@ -223,6 +244,8 @@ class NanoGPT:
                 args["eval_block_size"] = v["eval_block_size"] // 8
         else:
             args["eval_iters"] = 2
+        if v["init_from"] == "resume":  # the checkpoint is written at step 1: two more iterations
+            args["max_iters"] = 2
         argv = [f"--{k}={val}" for k, val in args.items()]
         return argv, dict(v, **args), scale
 
@@ -282,9 +305,10 @@ class NanoGPT:
         code: bool = True,
         placements: dict | None = None,
         background: bool = True,
+        sample: bool = False,
     ) -> Future:
-        scale = scale or ("full" if self.cuda else "tiny")
-        key = (snippets, scale, tuple(extra), code, id(placements) if placements else None)
+        scale = "tiny" if sample else scale or ("full" if self.cuda else "tiny")
+        key = (snippets, scale, tuple(extra), code, id(placements) if placements else None, sample)
         with self._lock:
             future = self.runs.get(key)
         if future is not None:
@@ -294,7 +318,7 @@ class NanoGPT:
         # `ast` module keeps its recursion counter per interpreter, not per thread, so two threads in
         # ast.parse at once can fail with "SystemError: AST constructor recursion depth mismatch"
         # (https://github.com/python/cpython/issues/106905).
-        job = self._prepare(snippets, scale, extra, code, placements)
+        job = self._prepare(snippets, scale, extra, code, placements, sample)
         if background and self._pool is not None:
             future = self._pool.submit(self._launch, job)
         else:
@@ -326,7 +350,13 @@ class NanoGPT:
         """
         return self._future(tuple(snippets), scale, extra, code, placements, background=False).result()
 
-    def _prepare(self, snippets, scale, extra, code, placements) -> dict:
+    def sample(self, *snippets: str, extra: tuple[str, ...] = (), code: bool = True) -> Run:
+        """Apply `snippets` to a fresh copy, let a tiny run of its train.py write ``out/ckpt.pt``, and
+        run sample.py on it: the snippets' ``python sample.py ...`` lines, else ``python sample.py``,
+        with ``SAMPLE_SCALE`` before the reader's settings and `extra` after them. On the CPU, always."""
+        return self._future(tuple(snippets), None, extra, code, None, background=False, sample=True).result()
+
+    def _prepare(self, snippets, scale, extra, code, placements, sample=False) -> dict:
         """The copy with its snippets applied, its data and its command line (in the calling thread)."""
         label = (Path(snippets[-1]).stem if snippets else "nanogpt") + ("" if code else "-stock")
         folder = self.copy(label)
@@ -360,30 +390,41 @@ class NanoGPT:
             "tail": tail,
             "env": {"OOMGUIDE_GPU_MEMORY": str(cap)} if cap else {},
             "snippets": snippets,
+            "sample": sample,
+            "extra": list(extra),
+            # train.py writes the checkpoint first: for sample.py, and for a run that resumes
+            "checkpoint_first": sample or values["init_from"] == "resume",
         }
 
     def _launch(self, job: dict) -> Run:
         """Run train.py on a prepared copy and read what it recorded (no Python parsing here)."""
         folder, configs, tail, env = job["folder"], job["configs"], job["tail"], job["env"]
         record, output = folder / "oomguide-record.json", folder / "oomguide-output.txt"
-        if job["shell"]:
+        rc = 0
+        if job["checkpoint_first"]:  # the same config from scratch, one iteration: out/ckpt.pt
+            record, output = (
+                folder / "oomguide-checkpoint-record.json",
+                folder / "oomguide-checkpoint-output.txt",
+            )
+            kept = [a for a in tail if not a.startswith(("--max_iters=", "--always_save_checkpoint="))]
+            scratch = [*kept, "--max_iters=1", "--always_save_checkpoint=True"]  # ckpt.pt at step 1
+            rc = self._serve(
+                folder, ["train.py", *configs, *scratch, "--init_from=scratch"], record, output, env
+            )
+            if rc == 0 and not (folder / "out" / "ckpt.pt").is_file():
+                rc = 5
+            if rc == 0:
+                record, output = folder / "oomguide-record.json", folder / "oomguide-output.txt"
+        if rc == 0 and job["sample"]:
+            sampling = [rel for rel in job["shell"] if starts_sampling(rel)]
+            if sampling:
+                rc = self._run_shell(folder, sampling, [], job["extra"], record, output, env, sample=True)
+            else:
+                rc = self._serve(folder, ["sample.py", *SAMPLE_SCALE, *job["extra"]], record, output, env)
+        elif rc == 0 and job["shell"]:
             rc = self._run_shell(folder, job["shell"], configs, tail, record, output, env)
-        else:
-            request = {
-                "cwd": str(folder),
-                "argv": ["train.py", *configs, *tail],
-                "record": str(record),
-                "output": str(output),
-                "env": env,
-            }
-            server = self._take_server()
-            try:
-                server.stdin.write(json.dumps(request) + "\n")
-                server.stdin.flush()
-                rc = json.loads(server.stdout.readline())["rc"]
-            finally:
-                with self._lock:
-                    self._idle.append(server)
+        elif rc == 0:
+            rc = self._serve(folder, ["train.py", *configs, *tail], record, output, env)
         data = json.loads(record.read_text()) if record.exists() else {"error": "no record", "forwards": []}
         return Run(
             folder,
@@ -397,16 +438,33 @@ class NanoGPT:
             job["snippets"],
         )
 
-    def _run_shell(self, folder, shell, configs, tail, record, output, env) -> int:
-        """Shell snippets, sourced in bash as the reader types them; `python` runs the instrumented runner."""
+    def _serve(self, folder: Path, argv: list[str], record: Path, output: Path, env: dict) -> int:
+        """Run one script of the copy (train.py, sample.py) in a runner process; its exit code."""
+        request = {"cwd": str(folder), "argv": argv, "record": str(record), "output": str(output), "env": env}
+        server = self._take_server()
+        try:
+            server.stdin.write(json.dumps(request) + "\n")
+            server.stdin.flush()
+            return json.loads(server.stdout.readline())["rc"]
+        finally:
+            with self._lock:
+                self._idle.append(server)
+
+    def _run_shell(self, folder, shell, configs, tail, record, output, env, sample=False) -> int:
+        """Shell snippets, sourced in bash as the reader types them; `python` runs the instrumented runner
+        (for `python sample.py ...`: SAMPLE_SCALE goes before the reader's settings, `tail` after them)."""
         bindir = folder / ".oomguide-bin"
-        bindir.mkdir()
+        bindir.mkdir(exist_ok=True)
         shim = bindir / "python"
+        runner = f"{shlex.quote(sys.executable)} {shlex.quote(str(RUNNER))} {shlex.quote(str(record))}"
+        quoted = " ".join(shlex.quote(a) for a in tail)
         shim.write_text(
             "#!/bin/sh\n"
-            f'exec {shlex.quote(sys.executable)} {shlex.quote(str(RUNNER))} {shlex.quote(str(record))} "$@" '
-            + " ".join(shlex.quote(a) for a in tail)
-            + "\n"
+            + (
+                f'shift; exec {runner} sample.py {" ".join(SAMPLE_SCALE)} "$@" {quoted}\n'
+                if sample
+                else f'exec {runner} "$@" {quoted}\n'
+            )
         )
         shim.chmod(0o755)
         script = [f'export PATH={shlex.quote(str(bindir))}:"$PATH"']
@@ -414,7 +472,7 @@ class NanoGPT:
         for rel in shell:
             script.append(f". {shlex.quote(str(SNIPPETS / rel))}")
             runs_train |= starts_training(rel)
-        if not runs_train:
+        if not runs_train and not sample:
             script.append("python train.py " + " ".join(shlex.quote(c) for c in configs))
         with open(output, "w") as out:
             proc = subprocess.run(

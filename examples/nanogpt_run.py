@@ -1,6 +1,7 @@
-"""Run nanoGPT's own train.py, with instrumentation around it and never inside it.
+"""Run nanoGPT's own train.py (or sample.py), with instrumentation around it and never inside it.
 
     python nanogpt_run.py RECORD.json train.py [config files and --key=value ...]
+    python nanogpt_run.py RECORD.json sample.py [--key=value ...]
     python nanogpt_run.py --serve      # jobs from stdin, one JSON object a line; a forked child each
 
 Run in a nanoGPT checkout (the working directory). Before train.py starts, the checkout's
@@ -11,7 +12,13 @@ whether train.py's module-level ``logits`` is still alive when an evaluation sta
 with ``runpy`` as ``__main__``, exactly as ``python train.py ...`` would run it, and the record is
 written as JSON: the forwards, the warnings, train.py's final settings and, on CUDA, the peak of
 ``torch.cuda.max_memory_allocated`` up to the first training forward (the first evaluation) and
-over the whole run. On CUDA with ``OOMGUIDE_GPU_MEMORY=<bytes>`` in the environment, the allocator
+over the whole run. The moments around the loop are recorded too: each ``torch.load`` (its
+``map_location``), each optimizer step (how many parameters had AdamW state and a gradient before
+it, and state after it: the state appears in the first step), whether train.py's ``checkpoint`` and
+``state_dict`` still hold the loaded checkpoint at the first forward, and each ``GPT.generate`` call
+(its prompt length, ``max_new_tokens`` and output length). sample.py imports ``tiktoken`` at its
+top but uses it only when the dataset has no ``meta.pkl``; the tests' data always has one, so where
+tiktoken is not installed a module that fails when used stands in for it. On CUDA with ``OOMGUIDE_GPU_MEMORY=<bytes>`` in the environment, the allocator
 is capped to that card first (``pytest examples --gpu-memory``), so a run that passes fits that card.
 
 ``--serve`` imports torch once and forks a fresh child per job (``{"cwd", "argv", "record",
@@ -69,6 +76,11 @@ def instrument(rec: dict) -> None:
             entry["stale_logits"] = list(stale.shape) if isinstance(stale, torch.Tensor) else stale
             if state["cuda"]:
                 entry["allocated"] = torch.cuda.memory_allocated()
+        if rec["checkpoint_refs"] is None:  # the first forward: what train.py still holds of the checkpoint
+            g = _train_frame_globals()
+            rec["checkpoint_refs"] = {
+                name: g.get(name) is not None for name in ("checkpoint", "state_dict") if g and name in g
+            }
         if self.training and state["cuda"] and not rec["peak_first_eval"]:
             rec["peak_first_eval"] = torch.cuda.max_memory_allocated()
         state["evaluating"] = evaluating
@@ -83,7 +95,63 @@ def instrument(rec: dict) -> None:
         rec["block_calls"][key] += 1
         return plain_block(self, x, *args, **kwargs)
 
-    GPT.__init__, GPT.forward, Block.forward = init, forward, block
+    def generate(self, idx, max_new_tokens, *args, **kwargs):
+        out = plain_generate(self, idx, max_new_tokens, *args, **kwargs)
+        rec["generate"].append(
+            {"prompt": idx.size(1), "max_new_tokens": max_new_tokens, "length": out.size(1)}
+        )
+        return out
+
+    plain_generate = GPT.generate
+    GPT.__init__, GPT.forward, Block.forward, GPT.generate = init, forward, block, generate
+    instrument_moments(rec)
+
+
+def instrument_moments(rec: dict) -> None:
+    """torch.load's map_location, AdamW's state around each step, the loaded checkpoint's references."""
+    plain_load = torch.load
+
+    def load(f, *args, **kwargs):
+        where = kwargs.get("map_location", args[0] if args else None)
+        rec["torch_load"].append({"file": os.path.basename(str(f)), "map_location": str(where)})
+        return plain_load(f, *args, **kwargs)
+
+    torch.load = load
+
+    def moments(optimizer) -> dict:
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        return {
+            "params": len(params),
+            "with_state": sum(1 for p in params if optimizer.state.get(p)),
+            "with_grad": sum(1 for p in params if p.grad is not None),
+        }
+
+    def before_step(optimizer, args, kwargs):
+        rec["optimizer_steps"].append({"before": moments(optimizer)})
+
+    def after_step(optimizer, args, kwargs):
+        rec["optimizer_steps"][-1]["after"] = moments(optimizer)
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(before_step)
+    register_optimizer_step_post_hook(after_step)
+
+
+def stand_in_for_tiktoken() -> None:
+    """sample.py imports tiktoken but uses it only without a meta.pkl (GPT-2's encoding, downloaded)."""
+    try:
+        import tiktoken  # noqa: F401
+    except ModuleNotFoundError:
+        import types
+
+        module = types.ModuleType("tiktoken")
+
+        def get_encoding(name):
+            raise RuntimeError(f"tiktoken is not installed here: GPT-2's encoding {name!r} is unavailable")
+
+        module.get_encoding = get_encoding
+        sys.modules["tiktoken"] = module
 
 
 def cap(rec: dict) -> None:
@@ -118,6 +186,10 @@ def run(record_path: str, argv: list[str]) -> int:
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "cuda_initialized_at_start": torch.cuda.is_initialized(),
         "gpu_memory": None,
+        "torch_load": [],
+        "optimizer_steps": [],
+        "checkpoint_refs": None,
+        "generate": [],
     }
     sys.argv = list(argv)
     sys.path.insert(0, os.getcwd())
@@ -128,6 +200,7 @@ def run(record_path: str, argv: list[str]) -> int:
         try:
             cap(rec)
             instrument(rec)
+            stand_in_for_tiktoken()
             namespace = runpy.run_path(argv[0], run_name="__main__")
             rec["globals"] = plain_values(namespace)
         except SystemExit as exc:

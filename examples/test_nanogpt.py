@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import check_json
-from nanogpt_checkout import DROP_STALE, starts_training
+from nanogpt_checkout import DROP_STALE, SAMPLE_SCALE, starts_sampling, starts_training
 from oomguide import memory, placement
 from oomguide.config import load_config
 
@@ -41,7 +41,16 @@ PLACEMENTS = placement.load()
 IN_TRAIN = sorted(
     s
     for s, p in PLACEMENTS.items()
-    if p.kind != "shell" or (p.file == "nanogpt" and starts_training(s) and not s.startswith("index/"))
+    if (p.kind != "shell" and p.file != "sample.py")
+    or (p.file == "nanogpt" and starts_training(s) and not s.startswith("index/"))
+)
+# run with nanoGPT's sample.py, on a checkpoint that its train.py wrote: the code changes to
+# sample.py and the shell lines that start it
+IN_SAMPLE = sorted(
+    s
+    for s, p in PLACEMENTS.items()
+    if (p.is_code and p.file == "sample.py")
+    or (p.kind == "shell" and p.file == "nanogpt" and starts_sampling(s))
 )
 
 CHUNKED_EVAL = "eval-oom-12gb/estimate_loss_chunked.py"
@@ -51,6 +60,9 @@ CHUNKED_LOSS = {"beyond/chunked-loss.py", "beyond/four-gb-model.py"}
 LOSS_CHUNK_SIZE = 1024  # rows, as the chunked-loss snippets set it
 EMPTY_CACHE = "estimate-loss-oom/empty-cache.py"
 GRADSCALER = "estimate-loss-oom/gradscaler.py"
+MAP_CPU = "run-moments/map-location-cpu.py"  # train.py loads the checkpoint into host memory
+FREE_STATE_DICT = "run-moments/free-state-dict.py"  # and drops its last reference after loading
+SAMPLE_MAP_CPU = "run-moments/sample-map-location-cpu.py"
 # code changes that claim to compute what stock nanoGPT computes (the estimate with
 # eval_block_size set is a different estimate, on purpose)
 SAME_COMPUTATION = {
@@ -63,6 +75,8 @@ SAME_COMPUTATION = {
     DROP_STALE,
     EMPTY_CACHE,
     GRADSCALER,
+    MAP_CPU,
+    FREE_STATE_DICT,
 }
 
 # every combination the guide recommends, across pages too
@@ -159,6 +173,28 @@ def check_claims(run):
         ]
     scaler_warnings = [w for w in run.record["warnings"] if "FutureWarning" in w and "GradScaler" in w]
     assert bool(scaler_warnings) is (GRADSCALER not in applied), run.record["warnings"]
+    check_moments(run)
+
+
+def check_moments(run):
+    """AdamW's state appears in the first optimizer step, with every gradient alive (loaded before it
+    when resumed); a resumed run loads out/ckpt.pt where its train.py says and keeps what it keeps."""
+    applied = set(run.snippets)
+    first = run.record["optimizer_steps"][0]
+    n = first["before"]["params"]
+    assert first["before"]["with_grad"] == n, "every gradient is alive when the optimizer steps"
+    assert first["after"]["with_state"] == n, "after the first step, every parameter has AdamW state"
+    if run.settings["init_from"] != "resume":
+        assert first["before"]["with_state"] == 0, "AdamW's state does not exist before the first step"
+        assert run.record["torch_load"] == []
+        return
+    assert first["before"]["with_state"] == n, "resumed: the state was loaded from the checkpoint"
+    assert [c["file"] for c in run.record["torch_load"]] == ["ckpt.pt"]
+    where = run.record["torch_load"][0]["map_location"]
+    assert where == ("cpu" if MAP_CPU in applied else run.settings["device"]), where
+    refs = run.record["checkpoint_refs"]
+    assert refs["checkpoint"] is False, "train.py's `checkpoint = None` (nanoGPT PR #236)"
+    assert refs["state_dict"] is (FREE_STATE_DICT not in applied), refs
 
 
 def check_against_stock(run, nanogpt):
@@ -255,6 +291,70 @@ def test_snippet_in_nanogpt(ng, report, relative):
     if "PYTORCH_CUDA_ALLOC_CONF" in (ROOT / "snippets" / relative).read_text():  # it reaches train.py
         assert run.record["alloc_conf"] == "expandable_segments:True"
         assert run.record["cuda_initialized_at_start"] is False
+
+
+def sample_settings(relative: str) -> dict:
+    """sample.py's settings as the run gets them: the scaling, then the snippet's own line."""
+    out = {}
+    argv = [*SAMPLE_SCALE]
+    if PLACEMENTS[relative].kind == "shell":
+        argv += [
+            a for line in (ROOT / "snippets" / relative).read_text().splitlines() for a in line.split()[2:]
+        ]
+    for arg in argv:
+        key, _, value = arg[2:].partition("=")
+        out[key] = int(value) if value.isdigit() else value
+    return out
+
+
+@pytest.mark.parametrize("relative", IN_SAMPLE)
+def test_sample_snippet_in_nanogpt(ng, report, relative):
+    """sample.py with the snippet, on a checkpoint that a tiny run of train.py wrote: the settings the
+    snippet makes are the ones sample.py ran with, and the samples are what they ask for."""
+    run = ng.sample(relative)
+    assert run.ok, run.explain()
+    settings = sample_settings(relative)
+    for key, value in settings.items():
+        assert run.settings[key] == value, f"{key}: sample.py ran with {run.settings[key]!r}, not {value!r}"
+    calls = run.record["generate"]
+    assert len(calls) == settings["num_samples"], "one generate() per sample"
+    assert all(c["length"] == c["prompt"] + settings["max_new_tokens"] for c in calls), calls
+    forwards = run.record["forwards"]
+    assert len(forwards) == sum(c["max_new_tokens"] for c in calls), "one forward per new token"
+    assert all(not f["training"] and not f["grad"] and f["shape"][0] == 1 for f in forwards)
+    longest = max(f["shape"][1] for f in forwards)
+    assert longest == min(run.expected["block_size"], calls[0]["length"] - 1), "the context is cropped"
+    assert run.output.count("---------------") == settings["num_samples"]
+    where = [c["map_location"] for c in run.record["torch_load"]]
+    assert where == ["cpu" if relative == SAMPLE_MAP_CPU else run.settings["device"]], where
+    if PLACEMENTS[relative].is_code:
+        stock = ng.sample(relative, code=False)
+        assert stock.ok, stock.explain()
+        assert run.output == stock.output, "the same samples as sample.py without the change"
+    report(
+        f"nanoGPT sample.py + {relative}: {len(calls)} samples of {settings['max_new_tokens']} tokens, "
+        f"checkpoint loaded with map_location={where[0]!r}"
+    )
+
+
+def test_the_checkpoint_goes_to_the_cpu_whatever_the_device(ng, report):
+    """With map_location='cpu', torch.load no longer follows train.py's (or sample.py's) `device`. On a
+    machine without a GPU this shows with a device that is not spelled 'cpu': 'cpu:0' runs everywhere
+    else in both scripts, but torch.load cannot restore a checkpoint to a location named so. Unchanged,
+    both scripts pass `device` to torch.load and fail; with the change, both run."""
+    device = ("--device=cpu:0",)
+    fixed = ng.run(MAP_CPU, extra=device)
+    assert fixed.ok, fixed.explain()
+    assert fixed.settings["device"] == "cpu:0" and fixed.record["torch_load"][0]["map_location"] == "cpu"
+    stock = ng.run(MAP_CPU, extra=device, code=False)
+    assert not stock.ok and "tagged with cpu:0" in stock.output, stock.output[-2000:]
+    sampled = ng.sample(SAMPLE_MAP_CPU, extra=device)
+    assert sampled.ok and sampled.settings["device"] == "cpu:0", sampled.explain()
+    unchanged = ng.sample(SAMPLE_MAP_CPU, extra=device, code=False)
+    assert not unchanged.ok and "tagged with cpu:0" in unchanged.output, unchanged.output[-2000:]
+    report(
+        "nanoGPT: with device='cpu:0', train.py and sample.py load the checkpoint only with map_location='cpu'"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(COMBINATIONS))

@@ -12,7 +12,7 @@ Kinds of placement (one per table):
 * ``config = "config/train_mine.py"``: lines of a nanoGPT config file.
 * ``shell = "nanogpt"`` or ``"oomguide"``: commands typed in a shell, in a checkout of either.
 * ``env = true``: an environment setting, in the shell that starts ``python train.py``, before it.
-* ``file = "train.py"`` or ``"model.py"`` with one of
+* ``file = "train.py"``, ``"model.py"`` or ``"sample.py"`` (nanoGPT's files) with one of
   - ``replace = "estimate_loss"`` (a function) or ``"GPT.forward"`` (a method): the snippet's
     ``def`` of that name replaces it; the snippet's other lines (imports, helpers, constants) go
     just before the top-level statement that holds the target (the function itself, or ``class GPT``);
@@ -41,6 +41,7 @@ SNIPPETS = ROOT / "snippets"
 DATA = SNIPPETS / "placement.toml"
 
 LINE_KINDS = ("replace_line", "before", "after")
+FILES = ("train.py", "model.py", "sample.py")  # the nanoGPT files a code snippet goes into
 
 
 class PlacementError(ValueError):
@@ -92,6 +93,8 @@ def _entry(snippet: str, entry: dict) -> Placement:
         if len(kinds) != 1:
             raise PlacementError(f"{snippet}: give exactly one of replace, replace_line, before, after")
         place = Placement(snippet, kinds[0], entry.pop("file"), entry.pop(kinds[0]), within, needs)
+        if place.file not in FILES:
+            raise PlacementError(f"{snippet}: file must be one of {', '.join(FILES)}, not {place.file!r}")
     else:
         raise PlacementError(f"{snippet}: no placement (config, shell, env or file)")
     if entry:

@@ -1,0 +1,3 @@
+# sample.py with GPT-2 XL's weights on an 8 GB card, as it is and in float32
+oomguide check --sample --set init_from=gpt2-xl --gpu "RTX 3070"
+oomguide check --sample --set init_from=gpt2-xl --set dtype=float32 --gpu "RTX 3070"

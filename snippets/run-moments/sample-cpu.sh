@@ -1,0 +1,1 @@
+python sample.py --device=cpu

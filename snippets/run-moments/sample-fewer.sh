@@ -1,0 +1,1 @@
+python sample.py --num_samples=1 --max_new_tokens=100

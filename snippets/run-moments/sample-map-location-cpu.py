@@ -1,0 +1,1 @@
+checkpoint = torch.load(ckpt_path, map_location='cpu')  # weights and optimizer state stay in host memory
