@@ -149,3 +149,30 @@ def test_json_fields_for_a_runcpu_line():
         assert key in train
     assert out["world_size"] == 1 and out["compute_dtype"] == "bfloat16"
     assert any("torch.compile" in a for a in out["assumptions"])
+
+
+def test_explain_names_issue_443s_request_in_nanochats_terms():
+    """nanochat issue #443 (8 x H100 80GB, depth 20, device batch 32): 8.00 GiB is the (B·T, V) bfloat16
+    logits buffer (or its gradient) of the compiled model, B·T = 32 x 2048, V = 65536."""
+    from oomguide.explain.diagnosis import explain
+
+    text = (
+        '[rank3]:   File "/home/u/nanochat/scripts/base_train.py", line 403, in <module>\n'
+        "[rank3]:     loss.backward()\n"
+        "    buf706 = empty_strided_cuda((65536, 65536), (65536, 1), torch.bfloat16)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. \n"
+        "GPU has 79.19 GiB total, 6.68 GiB free, 72.48 GiB in use by this process.\n"
+    )
+    result = explain(text)
+    assert result.matched_by == "nanochat"
+    first = result.matches[0]
+    assert first["tensor"] == "nanochat_logits" and first["dtype"] == "bfloat16"
+    assert (first["batch_size"], first["block_size"], first["vocab_size"]) == (32, 2048, 65536)
+    assert all(m["shape"] == [65536, 65536] for m in result.matches)
+
+
+def test_explain_without_nanochat_frames_is_unchanged():
+    from oomguide.explain.diagnosis import explain
+
+    text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU has 79.19 GiB total, 6.68 GiB free, 72.48 GiB in use by this process.\n"
+    assert explain(text).matched_by == "search"
