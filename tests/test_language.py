@@ -515,8 +515,26 @@ def test_typography_rules(lang, text, bad):
         (4.22, "ratio", "zh", "4.22\u00a0倍"),
         (4.22, "ratio", "de", "4,22-mal"),
         (4.22, "ratio", "fr", "4,22\u00a0fois"),
-        (0.25, "percent", "fr", "25\u202f%"),
+        (0.25, "percent", "fr", "25\u00a0%"),  # CLDR's percent pattern (#,##0 %)
+        (0.0358, "percent", "de", "4\u00a0%"),
         (124.37e6, "millions", "de", "124,37\u00a0Mio."),
+        # from CLDR through Babel (issue 22): counts as each language says them, 倍 without ".00",
+        # seconds in the language's unit
+        (124373760, "millions", "en", "124.37M"),
+        (124373760, "millions", "fr", "124,37\u00a0millions"),
+        (124373760, "millions", "ja", "1.24億"),
+        (1557611200, "millions", "zh", "15.58亿"),
+        (2.0, "ratio", "ja", "2\u00a0倍"),
+        (2.0, "ratio", "en", "2×"),
+        (1.10, "ratio", "de", "1,1-mal"),
+        (0.1199, "seconds", "ja", "0.12 秒"),
+        (0.1199, "seconds", "zh", "0.12秒"),
+        (0.1199, "seconds", "fr", "0,12\u202fs"),
+        (0.1199, "seconds", "de", "0,12\u00a0Sek."),
+        (12345, "int", "fr", "12\u202f345"),
+        (9999, "int", "de", "9999"),
+        (1234567.891, "float", "de", "1.234.567,89"),
+        (-0.001, "float", "en", "0.00"),
     ],
 )
 def test_figures_are_formatted_as_each_language_writes_them(value, unit, lang, text):
