@@ -348,6 +348,72 @@ def check_typography(site: Path) -> list[str]:
     return errors
 
 
+# --- what stays as the program prints it ------------------------------------------------------------
+
+
+def pytorch_quotes(text: str) -> set[str]:
+    """The code spans of a page that quote PyTorch's "Tried to allocate"."""
+    return {m.group(0) for m in CODE_SPAN.finditer(text) if "Tried to allocate" in m.group(0)}
+
+
+def check_program_text_kept(root: Path) -> list[str]:
+    """Where English quotes PyTorch's message (`… Tried to allocate {{ x }}`), every language quotes
+    it too, as the program prints it: it is the string a reader searches their log for."""
+    pages = lang_pages(root)
+    errors = []
+    for name, en_path in pages[DEFAULT].items():
+        if en_path.suffix != ".md":
+            continue
+        want = pytorch_quotes(en_path.read_text(encoding="utf-8"))
+        for lang in LANGS:
+            if lang == DEFAULT or name not in pages[lang]:
+                continue
+            have = pytorch_quotes(pages[lang][name].read_text(encoding="utf-8"))
+            errors += [
+                f"docs/{lang}/{name} ({lang}): docs/{DEFAULT}/{name} quotes {span}; quote it as PyTorch prints it"
+                for span in sorted(want - have)
+            ]
+    return errors
+
+
+# --- the table of contents -----------------------------------------------------------------------
+
+BUILT_HEADING = re.compile(
+    r'<h(?P<level>[1-6])[^>]*\sid="(?P<id>[^"]+)"[^>]*>(?P<body>.*?)</h(?P=level)>', re.S
+)
+TOC_LINK = re.compile(r'<a href="#(?P<id>[^"]+)" class="md-nav__link">(?P<body>.*?)</a>', re.S)
+HEADERLINK = re.compile(r'<a class="headerlink"[^>]*>.*?</a>', re.S)
+
+
+def _shown(fragment: str) -> str:
+    """Text as a reader sees it: tags dropped, ordinary white space runs made one space; no-break
+    spaces kept."""
+    import html
+
+    return re.sub(r"[ \t\r\n]+", " ", html.unescape(HTML_TAG.sub("", fragment))).strip()
+
+
+def check_toc(site: Path) -> list[str]:
+    """Every entry of a page's table of contents reads as its heading does, no-break spaces
+    included, and the French typography rules hold for it."""
+    errors = []
+    for page in html_pages(site):
+        lang = lang_of(page, site)
+        text = page.read_text(encoding="utf-8", errors="replace")
+        headings = {m["id"]: _shown(HEADERLINK.sub("", m["body"])) for m in BUILT_HEADING.finditer(text)}
+        for m in TOC_LINK.finditer(text):
+            heading = headings.get(m["id"])
+            shown = _shown(m["body"])
+            if heading is not None and shown != heading:
+                errors.append(f"{rel(page, site)} ({lang}): table of contents {shown!r}, heading {heading!r}")
+            if lang == "fr":
+                errors += [
+                    f"{rel(page, site)} (fr): table of contents: {p}"
+                    for p in check_typography_text(shown, lang)
+                ]
+    return errors
+
+
 # --- the tests ------------------------------------------------------------------------------------
 
 
@@ -365,6 +431,27 @@ def test_same_paragraphs_items_rows_and_admonitions_per_section():
 
 def test_typography_of_the_built_pages(site):
     assert check_typography(site) == []
+
+
+def test_table_of_contents_keeps_the_headings_spaces(site):
+    """Issue 22: "Option 1 : …" and "Que faire ?" kept their no-break space in the page but got an
+    ordinary one in the table of contents (Python-Markdown's toc re-joins words with spaces)."""
+    assert check_toc(site) == []
+
+
+def test_pages_quote_pytorchs_message_as_it_prints_it():
+    assert check_program_text_kept(ROOT) == []
+
+
+def test_toc_check_reports_a_lost_no_break_space():
+    page = (
+        '<nav><a href="#o1" class="md-nav__link"><span>Option 1 : lots</span></a></nav>'
+        '<article><h3 id="o1">Option 1\u202f: lots<a class="headerlink" href="#o1">¶</a></h3></article>'
+    )
+    headings = {m["id"]: _shown(HEADERLINK.sub("", m["body"])) for m in BUILT_HEADING.finditer(page)}
+    toc = {m["id"]: _shown(m["body"]) for m in TOC_LINK.finditer(page)}
+    assert headings == {"o1": "Option 1\u202f: lots"} and toc == {"o1": "Option 1 : lots"}
+    assert check_typography_text(toc["o1"], "fr")
 
 
 # --- the checks fail helpfully -----------------------------------------------------------------------

@@ -118,7 +118,9 @@ def _seconds(value: float, decimals: int, lang: str) -> str:
     from babel.units import format_unit
 
     pattern = "#,##0" + ("." + "0" * decimals if decimals else "")
-    text = format_unit(_rounded(value, decimals), "duration-second", length="short", locale=lang, format=pattern)
+    text = format_unit(
+        _rounded(value, decimals), "duration-second", length="short", locale=lang, format=pattern
+    )
     return text.replace(" ", UNIT_SPACE[lang])
 
 
