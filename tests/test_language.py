@@ -376,13 +376,40 @@ def check_program_text_kept(root: Path) -> list[str]:
     return errors
 
 
+# --- code-block titles ----------------------------------------------------------------------------
+
+SHELL_TITLE = re.compile(r"""^[ \t]*`{3,}(?:bash|sh|console)[ \t]+title=(["'])(?P<title>[^"']*)\1""")
+
+
+def check_shell_titles(root: Path) -> list[str]:
+    """A shell block titled with a word, not a file, uses the glossary's word for the shell in the
+    page's language (the placement line above it says the same word, from the site catalogs)."""
+    data = yaml.safe_load((root / GLOSSARY).read_text(encoding="utf-8")) or {}
+    shell = next((entry for concept, entry in data.items() if concept.split()[0] == "shell"), None)
+    if shell is None:
+        return [f"{GLOSSARY}: no entry for the shell"]
+    errors = []
+    for lang, pages in lang_pages(root).items():
+        for name, path in pages.items():
+            if path.suffix != ".md":
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                m = SHELL_TITLE.match(line)
+                if m and "/" not in m["title"] and m["title"] != shell[lang]:
+                    errors.append(
+                        f"docs/{lang}/{name}:{number} ({lang}): block title {m['title']!r}; "
+                        f"the glossary's word for the shell is {shell[lang]!r}"
+                    )
+    return errors
+
+
 # --- the table of contents -----------------------------------------------------------------------
 
 BUILT_HEADING = re.compile(
     r'<h(?P<level>[1-6])[^>]*\sid="(?P<id>[^"]+)"[^>]*>(?P<body>.*?)</h(?P=level)>', re.S
 )
 TOC_LINK = re.compile(r'<a href="#(?P<id>[^"]+)" class="md-nav__link">(?P<body>.*?)</a>', re.S)
-HEADERLINK = re.compile(r'<a class="headerlink"[^>]*>.*?</a>', re.S)
+HEADERLINK = re.compile(r'<a class="(?:headerlink|anchor-link)"[^>]*>.*?</a>', re.S)  # the ¶ of pages and notebooks
 
 
 def _shown(fragment: str) -> str:
@@ -437,6 +464,10 @@ def test_table_of_contents_keeps_the_headings_spaces(site):
     """Issue 22: "Option 1 : …" and "Que faire ?" kept their no-break space in the page but got an
     ordinary one in the table of contents (Python-Markdown's toc re-joins words with spaces)."""
     assert check_toc(site) == []
+
+
+def test_shell_blocks_are_titled_with_the_glossarys_word():
+    assert check_shell_titles(ROOT) == []
 
 
 def test_pages_quote_pytorchs_message_as_it_prints_it():
