@@ -409,7 +409,8 @@ BUILT_HEADING = re.compile(
     r'<h(?P<level>[1-6])[^>]*\sid="(?P<id>[^"]+)"[^>]*>(?P<body>.*?)</h(?P=level)>', re.S
 )
 TOC_LINK = re.compile(r'<a href="#(?P<id>[^"]+)" class="md-nav__link">(?P<body>.*?)</a>', re.S)
-HEADERLINK = re.compile(r'<a class="(?:headerlink|anchor-link)"[^>]*>.*?</a>', re.S)  # the ¶ of pages and notebooks
+# the ¶ of pages (headerlink) and notebooks (anchor-link)
+HEADERLINK = re.compile(r'<a class="(?:headerlink|anchor-link)"[^>]*>.*?</a>', re.S)
 
 
 def _shown(fragment: str) -> str:
