@@ -22,14 +22,17 @@ ROOT = Path(__file__).resolve().parents[1]
 MESSAGES = sorted((ROOT / "tests" / "golden" / "messages").glob("*.txt"))
 LANGS = ("en", "ja", "zh", "de", "fr")
 
-# In a fresh interpreter that sees only the standard library and the bundle (no Babel, no torch, no
-# numpy, no site-packages): the answer for each message and language, as JSON.
+# In a fresh interpreter that sees only the standard library and the bundle (no site-packages, torch
+# and numpy blocked; Babel, which formats the numbers, only as the bundle carries it, as in Pyodide):
+# the answer for each message and language, as JSON.
 RUN_BUNDLE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-for blocked in ("babel", "torch", "numpy"):
+for blocked in ("torch", "numpy"):
     sys.modules[blocked] = None  # an import of it fails
 from oomguide.explain.browser import answer
+import babel
+assert babel.__file__.startswith(sys.argv[1]), babel.__file__
 out = {}
 for path in sys.argv[2:]:
     text = open(path, encoding="utf-8").read()
@@ -46,6 +49,7 @@ def test_the_bundle_answers_like_the_cli_on_the_standard_library_alone(tmp_path)
     assert "oomguide/explain/browser.py" in names
     assert not [n for n in names if n.endswith(".po")], "the browser reads compiled catalogs only"
     assert {f"oomguide/locale/{lang}/LC_MESSAGES/explain.mo" for lang in LANGS[1:]} <= set(names)
+    assert {f"babel/locale-data/{lang}.dat" for lang in LANGS} <= set(names)
     files = [str(m) for m in MESSAGES]
     done = subprocess.run(
         [sys.executable, "-S", "-c", RUN_BUNDLE, str(tmp_path), *files],

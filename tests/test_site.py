@@ -417,7 +417,8 @@ class _Collect(HTMLParser):
         if self._ellipsis and tag == "span":
             self._ellipsis -= 1
             if self._ellipsis == 0:
-                self.nav_titles.append(" ".join("".join(self._text).split()))
+                # ordinary white space collapsed; no-break spaces (12\u00a0Go) kept as the reader sees them
+                self.nav_titles.append(re.sub(r"[ \t\r\n]+", " ", "".join(self._text)).strip())
 
     def handle_data(self, data):
         if self._ellipsis:

@@ -37,7 +37,7 @@ LOCALE = PACKAGE / "locale"
 DOMAINS: dict[str, tuple[str, ...]] = {
     "explain": ("explain/*.py",),
     "check": ("check_render.py", "messages.py", "nanochat/render.py"),
-    "site": ("site_hooks.py", "placement.py", "paste.py"),
+    "site": ("site_hooks.py", "placement.py", "paste.py", "figures.py"),
 }
 KEYWORDS = {"_": None, "N_": None}
 

@@ -10,6 +10,8 @@ What it does, for the site's hooks (``site_hooks.py``):
   ``oomguide explain`` uses for a message without a config (``BUNDLE``) into one zip, with the
   ``explain`` catalogs compiled to ``.mo`` from the same ``.po`` files the CLI reads
   (``i18n.compile_catalog``): Pyodide's Python has the standard library's ``gettext`` but no Babel.
+  Numbers are formatted from CLDR by Babel (``figures.py``), so the zip also carries Babel's Python
+  modules and the CLDR data of the five languages (``BABEL_MODULES``, ``BABEL_DATA``).
   The browser calls :func:`oomguide.explain.browser.answer`, the CLI's own ``explain`` and ``render``.
 * **Pyodide.** From the npm registry's ``pyodide`` package (``package.json``, ``package-lock.json``;
   ``npm ci`` puts it in ``node_modules/pyodide``, which git ignores): :func:`write_assets` copies the
@@ -49,6 +51,11 @@ BUNDLE = (
     "explain/*.py",
 )
 DOMAINS = ("explain", "check")  # the catalogs those modules read
+# Babel, which figures.py formats numbers with (CLDR): Pyodide's Python has none, so the bundle
+# carries its pure-Python modules (unpickling its locale data needs babel.dates and babel.localtime
+# too) and the CLDR data of the site's five languages, from the Babel installed here.
+BABEL_MODULES = ("*.py", "localtime/*.py")
+BABEL_DATA = ("global.dat", "locale-data/root.dat", *(f"locale-data/{lang}.dat" for lang in i18n.LANGS))
 
 PLACEHOLDER = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …"  # PyTorch's words
 WORDS = {
@@ -126,6 +133,13 @@ def bundle() -> bytes:
                 po = i18n.po_path(lang, domain)
                 mo = po.with_suffix(".mo").relative_to(PACKAGE).as_posix()
                 _add(z, f"oomguide/{mo}", i18n.compile_catalog(po, lang, domain))
+        import babel
+
+        source = Path(babel.__file__).resolve().parent
+        for name in sorted({p for pattern in BABEL_MODULES for p in source.glob(pattern)}) + [
+            source / data for data in BABEL_DATA
+        ]:
+            _add(z, f"babel/{name.relative_to(source).as_posix()}", name.read_bytes())
     return buffer.getvalue()
 
 
