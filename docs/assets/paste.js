@@ -12,6 +12,19 @@
   const status = box.querySelector(".oomguide-paste__status");
   const answerBox = box.querySelector(".oomguide-paste__answer");
   const base = box.dataset.base;
+  // Opened as a file, the page may not fetch Pyodide's WebAssembly (chromium refuses file:// fetches):
+  // say why the box cannot run and how to serve the site, in the page's language, and stop there.
+  if (window.location.protocol === "file:") {
+    status.textContent = "";
+    box.dataset.file.split("`").forEach((part, i) => {
+      const piece = document.createElement(i % 2 ? "code" : "span");
+      piece.textContent = part;
+      status.appendChild(piece);
+    });
+    status.classList.add("oomguide-paste__status--error");
+    button.disabled = true;
+    return;
+  }
   const site = (path) => new URL(base + "/" + path, window.location.href).href;
   let python = null; // the promise of oomguide.explain.browser.answer, once asked for
 
@@ -44,7 +57,7 @@
   // The CLI's text, with each section's address (given by Python, relative to this page) as a link.
   function show(text, links) {
     const lines = text.split("\n").map((line) => {
-      const address = links.find((link) => line.trim().startsWith(link + " "));
+      const address = links.find((link) => line.trim().split(/\s+/)[0] === link);
       if (!address) return escape(line);
       const at = line.indexOf(address);
       return (
