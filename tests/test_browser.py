@@ -70,6 +70,22 @@ def server(site):
     httpd.server_close()
 
 
+class _WrongWasmType(_Quiet):
+    """A static server that sends .wasm files as application/octet-stream."""
+
+    extensions_map = {**_Quiet.extensions_map, ".wasm": "application/octet-stream"}
+
+
+@pytest.fixture(scope="module")
+def wrong_wasm_type_server(site):
+    handler = functools.partial(_WrongWasmType, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
 @pytest.fixture(scope="module")
 def browser():
     _require_browser()
@@ -350,3 +366,22 @@ def test_box_opened_as_a_file_says_why_it_cannot_run(page, site, lang):
     assert page.locator(".oomguide-paste__button").is_disabled()
     assert not [u for u in page.requests if "/assets/pyodide/" in u or "explain.zip" in u]
     assert page.errors == [], f"{lang}: JavaScript errors on the file:// page: {page.errors}"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_box_on_a_server_with_the_wrong_wasm_type_says_what_to_change(
+    page, wrong_wasm_type_server, site, lang
+):
+    """Served as application/octet-stream, the WebAssembly would never compile and Pyodide's start would
+    never end: the box asks the server first and says, in the page's language, what it must send."""
+    from oomguide import paste
+    from oomguide.i18n import gettext_for
+
+    _require_pyodide(site)
+    page.goto(url_of(wrong_wasm_type_server, lang, "paste/"))
+    shown, _ = paste_and_explain(page, MESSAGES[0].read_text(encoding="utf-8"), timeout=30_000)
+    words = gettext_for(lang, "site")(paste.WORDS["wasm_type"]).format(type="application/octet-stream")
+    assert shown == words.replace("`", ""), f"{lang}: {shown!r}"
+    assert lang == "en" or words != paste.WORDS["wasm_type"].format(type="application/octet-stream")
+    assert not page.locator(".oomguide-paste__answer").is_visible()
+    assert not [u for u in page.requests if u.endswith("/pyodide.js")], "Pyodide was loaded all the same"

@@ -63,6 +63,11 @@ WORDS = {
         "repository, then build or serve the site again. `oomguide explain` gives the same answer."
     ),
     "failed": N_("Pyodide could not start in this browser: {error}"),
+    "wasm_type": N_(
+        "The server sends Pyodide's WebAssembly (assets/pyodide/pyodide.asm.wasm) as {type}, and "
+        "browsers run WebAssembly only when it comes as application/wasm: have the server send .wasm "
+        "files with that type (`python -m http.server`, `mkdocs serve` and GitHub Pages do)."
+    ),
     "file": N_(
         "Opened as a file (file://), this page cannot run the box: the browser refuses to load the "
         "WebAssembly that Python runs on from files. Serve the site instead: run "
@@ -101,7 +106,8 @@ def box_html(lang: str, page_url: str, pyodide: bool) -> str:
     return (
         f'<div class="oomguide-paste" data-lang="{lang}" data-base="{base}" '
         f'data-pyodide="{"yes" if pyodide else "missing"}" data-loading="{attr("loading")}" '
-        f'data-reading="{attr("reading")}" data-failed="{attr("failed")}" data-file="{attr("file")}">\n'
+        f'data-reading="{attr("reading")}" data-failed="{attr("failed")}" data-file="{attr("file")}" '
+        f'data-wasm-type="{attr("wasm_type")}">\n'
         f'<label class="oomguide-paste__label">{html.escape(t(WORDS["label"]))}\n'
         f'<textarea class="oomguide-paste__input" rows="8" spellcheck="false" '
         f'placeholder="{html.escape(PLACEHOLDER, quote=True)}"></textarea></label>\n'
