@@ -36,7 +36,7 @@ LOCALE = PACKAGE / "locale"
 # domain -> source files (relative to the package) whose _() / N_() strings it holds
 DOMAINS: dict[str, tuple[str, ...]] = {
     "explain": ("explain/*.py",),
-    "check": ("check_render.py", "messages.py"),
+    "check": ("check_render.py", "messages.py", "nanochat/render.py"),
     "site": ("site_hooks.py", "placement.py", "paste.py"),
 }
 KEYWORDS = {"_": None, "N_": None}

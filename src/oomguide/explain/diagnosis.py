@@ -266,7 +266,7 @@ def explain(
     if isinstance(figs, NoRequest):
         card = gpu_memory or figs.capacity
         return Explanation(figs, found, context, [], "none", ["no_request"], NO_REQUEST_SECTIONS, card)
-    matches, matched_by = match_request(figs, config)
+    matches, matched_by = match_request(figs, config, text)
     card = gpu_memory or figs.capacity
     states = model_states(config, card) if config is not None else None
     codes = diagnose(figs, states)

@@ -118,10 +118,22 @@ def _tensor_lines(result: Explanation, lang: str) -> list[str]:
     lines = []
     if result.matched_by == "small":
         lines.append("  " + t(TEXT["small_request"]).format(req=req))
-    elif result.matched_by == "config":
-        lines.append("  " + t(TEXT["is_size_of_config"]).format(req=req))
+    elif result.matched_by in ("config", "nanochat"):
+        key = "is_size_of_nanochat" if result.matched_by == "nanochat" else "is_size_of_config"
+        lines.append("  " + t(TEXT[key]).format(req=req))
         for m in result.matches:
             shape = "(" + ", ".join(str(d) for d in m["shape"]) + ")"
+            if result.matched_by == "nanochat":
+                line = t(TEXT["nanochat_match"]).format(
+                    desc=t(TENSOR_NAMES[m["tensor"]]),
+                    shape=shape,
+                    dtype=m["dtype"],
+                    batch=m["batch_size"],
+                    seq=m["block_size"],
+                    vocab=m["vocab_size"],
+                )
+                lines.append("  - " + line)
+                continue
             line = t(TEXT["config_match"]).format(
                 desc=t(TENSOR_NAMES[m["tensor"]]),
                 shape=shape,
@@ -139,8 +151,10 @@ def _tensor_lines(result: Explanation, lang: str) -> list[str]:
             lines += _search_lines(result.matches, lang, req)
         else:
             lines.append("  " + t(TEXT["no_match"]).format(req=req))
-    if result.config is None:
+    if result.config is None and result.matched_by != "nanochat":
         lines.append("  " + t(TEXT["hint_config"]))
+    elif result.matched_by == "nanochat":
+        lines.append("  " + t(TEXT["hint_nanochat"]))
     return lines
 
 
