@@ -6,6 +6,7 @@ tests/test_browser.py pastes the same messages into the box in chromium.
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import subprocess
@@ -81,8 +82,8 @@ def test_links_are_relative_and_in_the_readers_language():
     text = (ROOT / "tests" / "golden" / "messages" / "fragmentation.txt").read_text(encoding="utf-8")
     out = json.loads(browser.answer(text, "de", "../.."))
     assert out["links"] and all(link.startswith("../../de/") for link in out["links"])
-    assert all(link in out["text"] for link in out["links"])
-    assert "127.0.0.1" not in out["text"]
+    assert [line.strip() for line in out["text"].splitlines() if line.startswith("  ../")] == out["links"]
+    assert "127.0.0.1" not in out["text"] and "docs/" not in out["text"]  # the site's pages, not files
 
 
 def test_unreadable_input_is_the_clis_error_line(monkeypatch, capsys):
@@ -108,3 +109,14 @@ def test_without_pyodide_the_box_says_so_and_the_page_still_builds():
     with_it = paste.box_html("fr", "fr/paste/", pyodide=True)
     assert 'data-pyodide="yes"' in with_it and "disabled" not in with_it
     assert 'src="../../assets/paste.js"' in with_it
+
+
+def test_the_box_carries_the_file_url_line_in_its_language():
+    """What paste.js shows on a page opened as a file: why the box cannot run and how to serve the site."""
+    from oomguide.i18n import gettext_for
+
+    for lang in LANGS:
+        words = gettext_for(lang, "site")(paste.WORDS["file"])
+        assert "file://" in words and "`python -m http.server`" in words and "http://localhost:8000/" in words
+        assert lang == "en" or words != paste.WORDS["file"], lang
+        assert f'data-file="{html.escape(words, quote=True)}"' in paste.box_html(lang, "paste/", pyodide=True)

@@ -5,7 +5,9 @@ What it does, for the site's hooks (``site_hooks.py``):
 * **The box.** A page holds the line ``<!-- oomguide:paste-box -->``; :func:`box_html` replaces it
   with a text area, a button, a status line and the answer's place, worded in the page's language
   (the ``site`` catalogs), and the way from the page to the site's root (``data-base``), which the
-  answer's links start with. ``docs/assets/paste.js`` does the rest in the browser.
+  answer's links start with. ``docs/assets/paste.js`` does the rest in the browser; on a page opened
+  as a file (``file://``), where the browser will not fetch Pyodide's WebAssembly, it only shows why
+  the box cannot run and how to serve the site (``WORDS["file"]``).
 * **What the browser runs.** :func:`bundle` packs the torch-free part of this package that
   ``oomguide explain`` uses for a message without a config (``BUNDLE``) into one zip, with the
   ``explain`` catalogs compiled to ``.mo`` from the same ``.po`` files the CLI reads
@@ -68,6 +70,17 @@ WORDS = {
         "repository, then build or serve the site again. `oomguide explain` gives the same answer."
     ),
     "failed": N_("Pyodide could not start in this browser: {error}"),
+    "wasm_type": N_(
+        "The server sends Pyodide's WebAssembly (assets/pyodide/pyodide.asm.wasm) as {type}, and "
+        "browsers run WebAssembly only when it comes as application/wasm: have the server send .wasm "
+        "files with that type (`python -m http.server`, `mkdocs serve` and GitHub Pages do)."
+    ),
+    "file": N_(
+        "Opened as a file (file://), this page cannot run the box: the browser refuses to load the "
+        "WebAssembly that Python runs on from files. Serve the site instead: run "
+        "`python -m http.server` in the folder that holds it (site/), then open "
+        "http://localhost:8000/ (or run `mkdocs serve` in the repository)."
+    ),
 }
 
 
@@ -100,7 +113,8 @@ def box_html(lang: str, page_url: str, pyodide: bool) -> str:
     return (
         f'<div class="oomguide-paste" data-lang="{lang}" data-base="{base}" '
         f'data-pyodide="{"yes" if pyodide else "missing"}" data-loading="{attr("loading")}" '
-        f'data-reading="{attr("reading")}" data-failed="{attr("failed")}">\n'
+        f'data-reading="{attr("reading")}" data-failed="{attr("failed")}" data-file="{attr("file")}" '
+        f'data-wasm-type="{attr("wasm_type")}">\n'
         f'<label class="oomguide-paste__label">{html.escape(t(WORDS["label"]))}\n'
         f'<textarea class="oomguide-paste__input" rows="8" spellcheck="false" '
         f'placeholder="{html.escape(PLACEHOLDER, quote=True)}"></textarea></label>\n'

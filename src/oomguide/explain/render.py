@@ -15,7 +15,7 @@ from .. import figures
 from ..i18n import gettext_for
 from .diagnosis import Explanation
 from .formats import format_size
-from .links import guide_url, page_path
+from .links import section_link
 from .tensors import ITEMSIZE, SIXTEEN_BIT, TENSOR_NAMES
 from .words import TEXT
 
@@ -261,11 +261,9 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
 
 
 def _link_lines(result: Explanation, lang: str) -> list[str]:
-    """Each section as its address and, beside it, its page in the repository (readable without a server)."""
+    """Each section as one link: its address on the published site, else its page in the repository."""
     t = gettext_for(lang)
-    return ["", t(TEXT["h_links"])] + [
-        f"  {guide_url(p, a, lang)}  {page_path(p, a, lang)}" for p, a in result.sections
-    ]
+    return ["", t(TEXT["h_links"])] + [f"  {section_link(p, a, lang)}" for p, a in result.sections]
 
 
 def _render_no_request(result: Explanation, lang: str) -> str:
