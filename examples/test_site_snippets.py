@@ -189,3 +189,43 @@ def test_verify_shows_the_headers_the_examples_print():
         text = (ROOT / "docs" / lang / "verify.md").read_text(encoding="utf-8")
         shown = [line.strip() for line in text.splitlines() if line.strip().startswith("oomguide examples:")]
         assert shown == [cuda, cpu], f"docs/{lang}/verify.md shows {shown}, the examples print {[cuda, cpu]}"
+
+
+EXPLAIN_INCLUDE = '--8<-- "snippets/index/explain.sh"'
+
+
+def shown_explain(text: str) -> tuple[str, list[str]]:
+    """The paragraph after the home page's explain snippet and the output block that follows it."""
+    lines = text.splitlines()
+    start = lines.index(EXPLAIN_INCLUDE)
+    mark = lines.index("<!-- output -->", start)
+    intro = " ".join(line for line in lines[start + 2 : mark] if line.strip())
+    end = lines.index("```", mark + 2)
+    return intro, lines[mark + 2 : end]
+
+
+@pytest.mark.parametrize("lang", ["en", "ja", "zh", "de", "fr"])
+def test_home_page_shows_explain_in_its_own_language(lang, tmp_path):
+    """docs/<lang>/index.md shows `oomguide explain oom.txt --lang <lang>` on an OOM message shaped
+    like nanoGPT issue #88's, and the output it shows is what the command prints in that language."""
+    (tmp_path / "oom.txt").write_text(OOM_MESSAGE, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "OOMGUIDE_SITE_URL"}
+    env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
+    proc = subprocess.run(
+        ["oomguide", "explain", "oom.txt", "--lang", lang],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    intro, shown = shown_explain((ROOT / "docs" / lang / "index.md").read_text(encoding="utf-8"))
+    assert f"`--lang {lang}`" in intro, (
+        f"docs/{lang}/index.md: the explain example does not say --lang {lang}"
+    )
+    printed = [line.rstrip() for line in proc.stdout.rstrip("\n").splitlines()]
+    assert [line.rstrip() for line in shown] == printed, (
+        f"docs/{lang}/index.md shows another answer than `oomguide explain oom.txt --lang {lang}` prints:\n"
+        + proc.stdout
+    )

@@ -70,6 +70,22 @@ def server(site):
     httpd.server_close()
 
 
+class _WrongWasmType(_Quiet):
+    """A static server that sends .wasm files as application/octet-stream."""
+
+    extensions_map = {**_Quiet.extensions_map, ".wasm": "application/octet-stream"}
+
+
+@pytest.fixture(scope="module")
+def wrong_wasm_type_server(site):
+    handler = functools.partial(_WrongWasmType, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
 @pytest.fixture(scope="module")
 def browser():
     _require_browser()
@@ -304,8 +320,13 @@ def test_paste_page_explains_every_message_as_the_cli_does(page, server, site, l
     assert page.errors == [], f"{lang}: JavaScript errors on the paste page: {page.errors}"
 
 
-@pytest.mark.parametrize("lang", ["en", "ja"])
+@pytest.mark.parametrize("lang", LANGS)
 def test_home_page_box_explains(page, server, site, lang):
+    """The home page's box in each language: the CLI's answer for the same message, in the page's
+    language, with links to that language's sections that land on them."""
+    from oomguide.explain import TEXT
+    from oomguide.i18n import gettext_for
+
     _require_pyodide(site)
     page.goto(url_of(server, lang))
     base = page.locator(".oomguide-paste").get_attribute("data-base")
@@ -313,9 +334,54 @@ def test_home_page_box_explains(page, server, site, lang):
     text = next(m for m in MESSAGES if m.name == "fragmentation.txt").read_text(encoding="utf-8")
     shown, _ = paste_and_explain(page, text)
     assert shown == cli_answer(text, lang, base)
+    for key in ("h_diagnosis", "h_links"):  # the answer's headings, in the page's language
+        heading = gettext_for(lang)(TEXT[key])
+        assert heading in shown.splitlines(), f"{lang}: no {heading!r} in the box's answer"
+        assert lang == "en" or heading != TEXT[key], f"{lang}: {key} is not translated"
+    assert "docs/" not in shown and "127.0.0.1" not in shown, f"{lang}: the links leave the site"
     href = page.locator(".oomguide-paste__answer a").first.evaluate("a => a.href")
     assert href.startswith(url_of(server, lang)), href
     response = page.goto(href)
     assert response is not None and response.ok
     anchor = href.split("#", 1)[1]
     assert page.locator(f"[id='{anchor}']").count() == 1, f"{lang}: {href} lands on no section"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_box_opened_as_a_file_says_why_it_cannot_run(page, site, lang):
+    """Opened as a file (file://), chromium refuses to fetch Pyodide's WebAssembly: the box says so
+    at once, in the page's language, with the way out (serve the site), and fetches nothing."""
+    from oomguide import paste
+    from oomguide.i18n import gettext_for
+
+    _require_pyodide(site)
+    home = site / ("" if lang == "en" else lang) / "index.html"
+    page.goto(home.as_uri())
+    status = page.locator(".oomguide-paste__status")
+    words = gettext_for(lang, "site")(paste.WORDS["file"])
+    assert lang == "en" or words != paste.WORDS["file"], f"{lang}: the file:// line is not translated"
+    status.filter(has_text="file://").wait_for(timeout=10_000)
+    assert status.inner_text() == words.replace("`", ""), f"{lang}: {status.inner_text()!r}"
+    assert status.locator("code").all_inner_texts() == ["python -m http.server", "mkdocs serve"]
+    assert page.locator(".oomguide-paste__button").is_disabled()
+    assert not [u for u in page.requests if "/assets/pyodide/" in u or "explain.zip" in u]
+    assert page.errors == [], f"{lang}: JavaScript errors on the file:// page: {page.errors}"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_box_on_a_server_with_the_wrong_wasm_type_says_what_to_change(
+    page, wrong_wasm_type_server, site, lang
+):
+    """Served as application/octet-stream, the WebAssembly would never compile and Pyodide's start would
+    never end: the box asks the server first and says, in the page's language, what it must send."""
+    from oomguide import paste
+    from oomguide.i18n import gettext_for
+
+    _require_pyodide(site)
+    page.goto(url_of(wrong_wasm_type_server, lang, "paste/"))
+    shown, _ = paste_and_explain(page, MESSAGES[0].read_text(encoding="utf-8"), timeout=30_000)
+    words = gettext_for(lang, "site")(paste.WORDS["wasm_type"]).format(type="application/octet-stream")
+    assert shown == words.replace("`", ""), f"{lang}: {shown!r}"
+    assert lang == "en" or words != paste.WORDS["wasm_type"].format(type="application/octet-stream")
+    assert not page.locator(".oomguide-paste__answer").is_visible()
+    assert not [u for u in page.requests if u.endswith("/pyodide.js")], "Pyodide was loaded all the same"

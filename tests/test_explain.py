@@ -19,6 +19,7 @@ from oomguide import explain as ex
 from oomguide import memory
 from oomguide.cli import main
 from oomguide.config import load_config
+from oomguide.explain import links
 from oomguide.i18n import gettext_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -234,10 +235,10 @@ def test_gpt2_xl_model_states_against_a_24gb_card(capsys, message_file):
     assert data["diagnosis"][0] == "model_states_exceed_card"
     assert data["model_states"]["card_bytes"] == 24 * 10**9
     assert data["model_states"]["states_bytes"] > 24 * 10**9
-    assert data["links"][:3] == [
-        "http://127.0.0.1:8000/eval-oom-12gb/#smaller-n-embd",
-        "http://127.0.0.1:8000/where-the-memory-goes/",
-        "http://127.0.0.1:8000/multi-gpu/#gpt2-xl",  # several cards: FSDP2 shards the model states
+    assert data["links"][:3] == [  # mkdocs.yml's site_url is local: the pages' files
+        "docs/en/eval-oom-12gb.md#smaller-n-embd",
+        "docs/en/where-the-memory-goes.ipynb",
+        "docs/en/multi-gpu.md#gpt2-xl",  # several cards: FSDP2 shards the model states
     ]
     assert not any("reduce-batch-size" in link for link in data["links"])
 
@@ -481,13 +482,14 @@ def test_japanese_output_and_links(capsys, message_file, monkeypatch):
     rc, out, err = run_main(capsys, message_file(traceback(msg_6_14())), "--lang", "ja")
     assert rc == 0, err
     assert "読み取った数値" in out and "診断" in out and "評価中にメモリが不足しました" in out
-    links = re.findall(r"http://\S+", out)
-    assert links and all(link.startswith("http://127.0.0.1:8000/ja/") for link in links)
+    assert "http" not in out  # mkdocs.yml's site_url is local: the links are the pages' files
+    links = re.findall(r"docs/\S+", out)
+    assert links and all(link.startswith("docs/ja/") for link in links)
     for lang in ex.LANGS:  # every language renders, with its own links
         text = ex.render(ex.explain(msg_6_14()), lang)
         assert gettext_for(lang)(ex.TEXT["h_diagnosis"]) in text
-        prefix = "http://127.0.0.1:8000/" + ("" if lang == "en" else f"{lang}/")
-        assert all(link.startswith(prefix) for link in re.findall(r"http://\S+", text))
+        links = re.findall(r"docs/\S+", text)
+        assert links and all(link.startswith(f"docs/{lang}/") for link in links)
 
 
 def test_site_url_from_the_environment(monkeypatch):
@@ -587,7 +589,7 @@ def test_cli_as_a_subprocess(tmp_path):
     results = {name: (p.communicate(cases[name][1], timeout=120), p.returncode) for name, p in procs.items()}
     (out, err), rc = results.pop("good")
     assert rc == 0, err
-    assert "6.14 GiB" in out and "http://127.0.0.1:8000/eval-oom-12gb/#eval-batch-size" in out
+    assert "6.14 GiB" in out and "  docs/en/eval-oom-12gb.md#eval-batch-size\n" in out
     for name, ((out, err), rc) in results.items():
         assert rc == 2, (name, err)
         assert out == ""
@@ -699,36 +701,74 @@ def test_disagreement_names_the_figures_that_explain_it():
     assert data["disagreement"] == d
 
 
-# --- links: the site's address from mkdocs.yml, and the page path beside it --------------------------
-def test_links_come_from_mkdocs_site_url_and_show_the_page_path(monkeypatch, tmp_path):
+# --- links: the published site's address (mkdocs.yml's site_url), else the page's file --------------
+def _link_lines(text: str, lang: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index(gettext_for(lang)(ex.TEXT["h_links"])) + 1
+    return [line.strip() for line in lines[start:] if line.startswith("  ")]
+
+
+def test_links_are_the_pages_files_while_site_url_is_local(monkeypatch):
     monkeypatch.delenv(ex.SITE_URL_ENV, raising=False)
     mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    configured = re.search(r"^site_url:\s*(\S+)", mkdocs, re.M).group(1).rstrip("/")
-    assert ex.site_url() == configured
-    assert ex.guide_url("beyond", "chunked-loss", "ja") == f"{configured}/ja/beyond/#chunked-loss"
+    configured = re.search(r"^site_url:\s*(\S+)", mkdocs, re.M).group(1)
+    assert ex.site_url() == configured.rstrip("/")
+    assert links.is_local(configured), "mkdocs.yml is set for publishing: this test assumes it is not"
+    assert ex.published_url() is None
     assert (
         ex.page_path("eval-oom-12gb", "eval-batch-size", "ja") == "docs/ja/eval-oom-12gb.md#eval-batch-size"
     )
     assert ex.page_path("where-the-memory-goes", None, "fr") == "docs/fr/where-the-memory-goes.ipynb"
-    text = ex.render(ex.explain(traceback(msg_6_14())), "ja")
-    line = next(x for x in text.splitlines() if "eval-batch-size" in x)
-    assert line.split() == [
-        f"{configured}/ja/eval-oom-12gb/#eval-batch-size",
-        "docs/ja/eval-oom-12gb.md#eval-batch-size",
-    ]
-    for path in ex.explain(traceback(msg_6_14())).to_json("de")["link_paths"]:
-        file, _, anchor = path.partition("#")
-        assert (ROOT / file).is_file(), path
-    # another site_url in mkdocs.yml is the one used; the environment variable wins over it
-    from oomguide.explain import links
+    result = ex.explain(traceback(msg_6_14()))
+    for lang in ex.LANGS:
+        printed = _link_lines(ex.render(result, lang), lang)
+        assert printed == [ex.page_path(p, a, lang) for p, a in result.sections]
+        assert "docs/" + lang + "/eval-oom-12gb.md#eval-batch-size" in printed
+        assert result.to_json(lang)["links"] == printed == result.to_json(lang)["link_paths"]
+        for path in printed:
+            assert (ROOT / path.partition("#")[0]).is_file(), path
 
+
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [
+        ("http://127.0.0.1:8000/", True),
+        ("http://localhost:8000/", True),
+        ("", True),
+        ("https://guide.example/oom/", False),
+        ("https://user.github.io/oomguide", False),
+    ],
+)
+def test_a_site_url_on_this_machine_is_not_published(url, local):
+    assert links.is_local(url) is local
+
+
+def test_links_go_to_the_published_site_in_each_language(monkeypatch, tmp_path):
+    monkeypatch.delenv(ex.SITE_URL_ENV, raising=False)
     other = tmp_path / "mkdocs.yml"
     other.write_text("site_name: x\nsite_url: https://guide.example/oom/ # comment\n", encoding="utf-8")
     assert links.configured_site_url(other) == "https://guide.example/oom/"
+    (tmp_path / "bare.yml").write_text("site_name: x\n", encoding="utf-8")
+    assert links.configured_site_url(tmp_path / "bare.yml") == ""  # no site_url: not published
     monkeypatch.setattr(links, "configured_site_url", lambda: "https://guide.example/oom/")
-    assert ex.guide_url("beyond", None, "en") == "https://guide.example/oom/beyond/"
+    assert ex.published_url() == "https://guide.example/oom"
+    result = ex.explain(traceback(msg_6_14()))
+    for lang in ex.LANGS:
+        prefix = "https://guide.example/oom/" + ("" if lang == "en" else f"{lang}/")
+        printed = _link_lines(ex.render(result, lang), lang)
+        assert printed == [ex.section_link(p, a, lang) for p, a in result.sections]
+        assert f"{prefix}eval-oom-12gb/#eval-batch-size" in printed  # one link a line, nothing beside it
+        assert all(link.startswith(prefix) and "/#" in link for link in printed)
+        assert result.to_json(lang)["links"] == printed
+    assert (
+        ex.section_link("where-the-memory-goes", None, "zh")
+        == "https://guide.example/oom/zh/where-the-memory-goes/"
+    )
+    # the environment variable wins over mkdocs.yml, and is an address even when it is on this machine
     monkeypatch.setenv(ex.SITE_URL_ENV, "https://mirror.example/")
-    assert ex.guide_url("beyond", None, "zh") == "https://mirror.example/zh/beyond/"
+    assert ex.section_link("beyond", None, "zh") == "https://mirror.example/zh/beyond/"
+    monkeypatch.setenv(ex.SITE_URL_ENV, "http://127.0.0.1:8000/")
+    assert ex.section_link("beyond", "chunked-loss", "de") == "http://127.0.0.1:8000/de/beyond/#chunked-loss"
 
 
 def test_check_fails_within_the_budget_when_the_model_states_do_not_fit(capsys):

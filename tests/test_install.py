@@ -126,15 +126,29 @@ def _run(args, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, timeout=900, **kwargs)
 
 
+PUBLISHED = "https://guide.example/oomguide/"  # a site_url set for publishing (README: "Publish the site")
+
+
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
-    """Build the wheel from a copy of the sources, install it into a new venv from local wheels only
-    (torch and numpy at the versions running here), and run explain and check from outside the tree."""
+    """Build the wheel from a copy of the sources, with mkdocs.yml's site_url set for publishing, install
+    it into a new venv from local wheels only (torch and numpy at the versions running here), and run
+    explain and check from outside the tree: explain links to the published site's sections."""
     start = time.perf_counter()
     tree = tmp_path / "tree"
     tree.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, tree / name)
-    shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    mkdocs, n = re.subn(r"^site_url:.*$", f"site_url: {PUBLISHED}", mkdocs, count=1, flags=re.M)
+    assert n == 1, "mkdocs.yml has no site_url line"
+    (tree / "mkdocs.yml").write_text(mkdocs, encoding="utf-8")
+    shutil.copytree(
+        ROOT / "src",
+        tree / "src",
+        symlinks=True,  # explain/site.yml stays the repository's link to mkdocs.yml
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
+    assert (tree / "src/oomguide/explain/site.yml").resolve() == (tree / "mkdocs.yml").resolve()
     dist = tmp_path / "dist"
     pip = [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check"]
     built = _run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(tree)])
@@ -150,7 +164,10 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     }
     with zipfile.ZipFile(wheel) as zf:
         missing = sorted(wanted - set(zf.namelist()))
+        recorded = zf.read("oomguide/explain/site.yml").decode("utf-8")
     assert not missing, f"not in the wheel (add them to [tool.setuptools.package-data]): {missing}"
+    # the wheel carries mkdocs.yml's site_url as it was when the wheel was built
+    assert re.search(r"^site_url:\s*(\S+)", recorded, re.M)[1] == PUBLISHED
 
     # a fresh venv; torch and numpy exactly as here, from this machine's wheels, nothing downloaded
     venv = tmp_path / "venv"
@@ -180,7 +197,8 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     oomguide = str(venv / "bin" / "oomguide")
     explained = _run([oomguide, "explain", "oom.txt", "--lang", "ja"], cwd=work, env=env)
     assert explained.returncode == 0, explained.stdout + explained.stderr
-    assert "/ja/estimate-loss-oom/#reduce-batch-size" in explained.stdout
+    assert f"\n  {PUBLISHED}ja/estimate-loss-oom/#reduce-batch-size\n" in explained.stdout
+    assert "docs/" not in explained.stdout and "127.0.0.1" not in explained.stdout
     assert "6.14 GiB" in explained.stdout and "診断" in explained.stdout  # the Japanese words are there
 
     check = [oomguide, "check", "--no-search", "--json"] + [f"--set={s}" for s in TINY]

@@ -348,6 +348,100 @@ def check_typography(site: Path) -> list[str]:
     return errors
 
 
+# --- what stays as the program prints it ------------------------------------------------------------
+
+
+def pytorch_quotes(text: str) -> set[str]:
+    """The code spans of a page that quote PyTorch's "Tried to allocate"."""
+    return {m.group(0) for m in CODE_SPAN.finditer(text) if "Tried to allocate" in m.group(0)}
+
+
+def check_program_text_kept(root: Path) -> list[str]:
+    """Where English quotes PyTorch's message (`… Tried to allocate {{ x }}`), every language quotes
+    it too, as the program prints it: it is the string a reader searches their log for."""
+    pages = lang_pages(root)
+    errors = []
+    for name, en_path in pages[DEFAULT].items():
+        if en_path.suffix != ".md":
+            continue
+        want = pytorch_quotes(en_path.read_text(encoding="utf-8"))
+        for lang in LANGS:
+            if lang == DEFAULT or name not in pages[lang]:
+                continue
+            have = pytorch_quotes(pages[lang][name].read_text(encoding="utf-8"))
+            errors += [
+                f"docs/{lang}/{name} ({lang}): docs/{DEFAULT}/{name} quotes {span}; quote it as PyTorch prints it"
+                for span in sorted(want - have)
+            ]
+    return errors
+
+
+# --- code-block titles ----------------------------------------------------------------------------
+
+SHELL_TITLE = re.compile(r"""^[ \t]*`{3,}(?:bash|sh|console)[ \t]+title=(["'])(?P<title>[^"']*)\1""")
+
+
+def check_shell_titles(root: Path) -> list[str]:
+    """A shell block titled with a word, not a file, uses the glossary's word for the shell in the
+    page's language (the placement line above it says the same word, from the site catalogs)."""
+    data = yaml.safe_load((root / GLOSSARY).read_text(encoding="utf-8")) or {}
+    shell = next((entry for concept, entry in data.items() if concept.split()[0] == "shell"), None)
+    if shell is None:
+        return [f"{GLOSSARY}: no entry for the shell"]
+    errors = []
+    for lang, pages in lang_pages(root).items():
+        for name, path in pages.items():
+            if path.suffix != ".md":
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                m = SHELL_TITLE.match(line)
+                if m and "/" not in m["title"] and m["title"] != shell[lang]:
+                    errors.append(
+                        f"docs/{lang}/{name}:{number} ({lang}): block title {m['title']!r}; "
+                        f"the glossary's word for the shell is {shell[lang]!r}"
+                    )
+    return errors
+
+
+# --- the table of contents -----------------------------------------------------------------------
+
+BUILT_HEADING = re.compile(
+    r'<h(?P<level>[1-6])[^>]*\sid="(?P<id>[^"]+)"[^>]*>(?P<body>.*?)</h(?P=level)>', re.S
+)
+TOC_LINK = re.compile(r'<a href="#(?P<id>[^"]+)" class="md-nav__link">(?P<body>.*?)</a>', re.S)
+# the ¶ of pages (headerlink) and notebooks (anchor-link)
+HEADERLINK = re.compile(r'<a class="(?:headerlink|anchor-link)"[^>]*>.*?</a>', re.S)
+
+
+def _shown(fragment: str) -> str:
+    """Text as a reader sees it: tags dropped, ordinary white space runs made one space; no-break
+    spaces kept."""
+    import html
+
+    return re.sub(r"[ \t\r\n]+", " ", html.unescape(HTML_TAG.sub("", fragment))).strip()
+
+
+def check_toc(site: Path) -> list[str]:
+    """Every entry of a page's table of contents reads as its heading does, no-break spaces
+    included, and the French typography rules hold for it."""
+    errors = []
+    for page in html_pages(site):
+        lang = lang_of(page, site)
+        text = page.read_text(encoding="utf-8", errors="replace")
+        headings = {m["id"]: _shown(HEADERLINK.sub("", m["body"])) for m in BUILT_HEADING.finditer(text)}
+        for m in TOC_LINK.finditer(text):
+            heading = headings.get(m["id"])
+            shown = _shown(m["body"])
+            if heading is not None and shown != heading:
+                errors.append(f"{rel(page, site)} ({lang}): table of contents {shown!r}, heading {heading!r}")
+            if lang == "fr":
+                errors += [
+                    f"{rel(page, site)} (fr): table of contents: {p}"
+                    for p in check_typography_text(shown, lang)
+                ]
+    return errors
+
+
 # --- the tests ------------------------------------------------------------------------------------
 
 
@@ -365,6 +459,31 @@ def test_same_paragraphs_items_rows_and_admonitions_per_section():
 
 def test_typography_of_the_built_pages(site):
     assert check_typography(site) == []
+
+
+def test_table_of_contents_keeps_the_headings_spaces(site):
+    """Issue 22: "Option 1 : …" and "Que faire ?" kept their no-break space in the page but got an
+    ordinary one in the table of contents (Python-Markdown's toc re-joins words with spaces)."""
+    assert check_toc(site) == []
+
+
+def test_shell_blocks_are_titled_with_the_glossarys_word():
+    assert check_shell_titles(ROOT) == []
+
+
+def test_pages_quote_pytorchs_message_as_it_prints_it():
+    assert check_program_text_kept(ROOT) == []
+
+
+def test_toc_check_reports_a_lost_no_break_space():
+    page = (
+        '<nav><a href="#o1" class="md-nav__link"><span>Option 1 : lots</span></a></nav>'
+        '<article><h3 id="o1">Option 1\u202f: lots<a class="headerlink" href="#o1">¶</a></h3></article>'
+    )
+    headings = {m["id"]: _shown(HEADERLINK.sub("", m["body"])) for m in BUILT_HEADING.finditer(page)}
+    toc = {m["id"]: _shown(m["body"]) for m in TOC_LINK.finditer(page)}
+    assert headings == {"o1": "Option 1\u202f: lots"} and toc == {"o1": "Option 1 : lots"}
+    assert check_typography_text(toc["o1"], "fr")
 
 
 # --- the checks fail helpfully -----------------------------------------------------------------------
@@ -515,8 +634,26 @@ def test_typography_rules(lang, text, bad):
         (4.22, "ratio", "zh", "4.22\u00a0倍"),
         (4.22, "ratio", "de", "4,22-mal"),
         (4.22, "ratio", "fr", "4,22\u00a0fois"),
-        (0.25, "percent", "fr", "25\u202f%"),
+        (0.25, "percent", "fr", "25\u00a0%"),  # CLDR's percent pattern (#,##0 %)
+        (0.0358, "percent", "de", "4\u00a0%"),
         (124.37e6, "millions", "de", "124,37\u00a0Mio."),
+        # from CLDR through Babel (issue 22): counts as each language says them, 倍 without ".00",
+        # seconds in the language's unit
+        (124373760, "millions", "en", "124.37M"),
+        (124373760, "millions", "fr", "124,37\u00a0millions"),
+        (124373760, "millions", "ja", "1.24億"),
+        (1557611200, "millions", "zh", "15.58亿"),
+        (2.0, "ratio", "ja", "2\u00a0倍"),
+        (2.0, "ratio", "en", "2×"),
+        (1.10, "ratio", "de", "1,1-mal"),
+        (0.1199, "seconds", "ja", "0.12 秒"),
+        (0.1199, "seconds", "zh", "0.12秒"),
+        (0.1199, "seconds", "fr", "0,12\u202fs"),
+        (0.1199, "seconds", "de", "0,12\u00a0Sek."),
+        (12345, "int", "fr", "12\u202f345"),
+        (9999, "int", "de", "9999"),
+        (1234567.891, "float", "de", "1.234.567,89"),
+        (-0.001, "float", "en", "0.00"),
     ],
 )
 def test_figures_are_formatted_as_each_language_writes_them(value, unit, lang, text):

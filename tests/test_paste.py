@@ -6,6 +6,7 @@ tests/test_browser.py pastes the same messages into the box in chromium.
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import subprocess
@@ -22,14 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 MESSAGES = sorted((ROOT / "tests" / "golden" / "messages").glob("*.txt"))
 LANGS = ("en", "ja", "zh", "de", "fr")
 
-# In a fresh interpreter that sees only the standard library and the bundle (no Babel, no torch, no
-# numpy, no site-packages): the answer for each message and language, as JSON.
+# In a fresh interpreter that sees only the standard library and the bundle (no site-packages, torch
+# and numpy blocked; Babel, which formats the numbers, only as the bundle carries it, as in Pyodide):
+# the answer for each message and language, as JSON.
 RUN_BUNDLE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-for blocked in ("babel", "torch", "numpy"):
+for blocked in ("torch", "numpy"):
     sys.modules[blocked] = None  # an import of it fails
 from oomguide.explain.browser import answer
+import babel
+assert babel.__file__.startswith(sys.argv[1]), babel.__file__
 out = {}
 for path in sys.argv[2:]:
     text = open(path, encoding="utf-8").read()
@@ -46,6 +50,7 @@ def test_the_bundle_answers_like_the_cli_on_the_standard_library_alone(tmp_path)
     assert "oomguide/explain/browser.py" in names
     assert not [n for n in names if n.endswith(".po")], "the browser reads compiled catalogs only"
     assert {f"oomguide/locale/{lang}/LC_MESSAGES/explain.mo" for lang in LANGS[1:]} <= set(names)
+    assert {f"babel/locale-data/{lang}.dat" for lang in LANGS} <= set(names)
     files = [str(m) for m in MESSAGES]
     done = subprocess.run(
         [sys.executable, "-S", "-c", RUN_BUNDLE, str(tmp_path), *files],
@@ -77,8 +82,8 @@ def test_links_are_relative_and_in_the_readers_language():
     text = (ROOT / "tests" / "golden" / "messages" / "fragmentation.txt").read_text(encoding="utf-8")
     out = json.loads(browser.answer(text, "de", "../.."))
     assert out["links"] and all(link.startswith("../../de/") for link in out["links"])
-    assert all(link in out["text"] for link in out["links"])
-    assert "127.0.0.1" not in out["text"]
+    assert [line.strip() for line in out["text"].splitlines() if line.startswith("  ../")] == out["links"]
+    assert "127.0.0.1" not in out["text"] and "docs/" not in out["text"]  # the site's pages, not files
 
 
 def test_unreadable_input_is_the_clis_error_line(monkeypatch, capsys):
@@ -104,3 +109,14 @@ def test_without_pyodide_the_box_says_so_and_the_page_still_builds():
     with_it = paste.box_html("fr", "fr/paste/", pyodide=True)
     assert 'data-pyodide="yes"' in with_it and "disabled" not in with_it
     assert 'src="../../assets/paste.js"' in with_it
+
+
+def test_the_box_carries_the_file_url_line_in_its_language():
+    """What paste.js shows on a page opened as a file: why the box cannot run and how to serve the site."""
+    from oomguide.i18n import gettext_for
+
+    for lang in LANGS:
+        words = gettext_for(lang, "site")(paste.WORDS["file"])
+        assert "file://" in words and "`python -m http.server`" in words and "http://localhost:8000/" in words
+        assert lang == "en" or words != paste.WORDS["file"], lang
+        assert f'data-file="{html.escape(words, quote=True)}"' in paste.box_html(lang, "paste/", pyodide=True)

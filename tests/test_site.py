@@ -417,7 +417,8 @@ class _Collect(HTMLParser):
         if self._ellipsis and tag == "span":
             self._ellipsis -= 1
             if self._ellipsis == 0:
-                self.nav_titles.append(" ".join("".join(self._text).split()))
+                # ordinary white space collapsed; no-break spaces (12\u00a0Go) kept as the reader sees them
+                self.nav_titles.append(re.sub(r"[ \t\r\n]+", " ", "".join(self._text)).strip())
 
     def handle_data(self, data):
         if self._ellipsis:
@@ -444,16 +445,25 @@ def lang_of(path: Path, site: Path) -> str:
     return first if first in LANGS else DEFAULT
 
 
-def site_url_prefixes(root: Path) -> list[str]:
-    url = (read_mkdocs_yml(root).get("site_url") or "").rstrip("/")
-    return [url] if url else []
+def site_url_prefixes(root: Path, url: str | None = None) -> list[str]:
+    """The site's own address (mkdocs.yml's site_url, or `url`) and, when it has one, its path
+    (``https://x.github.io/oomguide/`` -> that and ``/oomguide``: MkDocs writes 404.html's links so)."""
+    url = (read_mkdocs_yml(root).get("site_url") if url is None else url) or ""
+    url = url.rstrip("/")
+    path = urlsplit(url).path.rstrip("/")
+    return [p for p in (url, path) if p]
+
+
+def _within(target: str, prefix: str) -> bool:
+    return target == prefix or target.startswith((prefix + "/", prefix + "#", prefix + "?"))
 
 
 def resolve(site: Path, page: Path, target: str, prefixes: list[str]) -> Path | None:
     """The file a link of `page` points to, or None when it leaves the site."""
     for prefix in prefixes:
-        if target.startswith(prefix):
+        if _within(target, prefix):
             target = target[len(prefix) :] or "/"
+            break
     parts = urlsplit(target)
     if parts.scheme or parts.netloc:
         return None
@@ -468,9 +478,9 @@ def resolve(site: Path, page: Path, target: str, prefixes: list[str]) -> Path | 
     return out
 
 
-def check_links(site: Path, root: Path = ROOT) -> list[str]:
+def check_links(site: Path, root: Path = ROOT, prefixes: list[str] | None = None) -> list[str]:
     """Every internal href/src resolves to a file, and every #fragment to an id there."""
-    prefixes = site_url_prefixes(root)
+    prefixes = site_url_prefixes(root) if prefixes is None else prefixes
     errors = []
     for page in html_pages(site):
         where = f"{rel(page, site)} ({lang_of(page, site)})"
@@ -491,12 +501,14 @@ def check_links(site: Path, root: Path = ROOT) -> list[str]:
     return errors
 
 
-def check_no_outside_requests(site: Path) -> list[str]:
-    """No src= and no <link href> outside 127.0.0.1/localhost; <a href> is a link, not a request."""
+def check_no_outside_requests(site: Path, own: str = "") -> list[str]:
+    """No src= and no <link href> outside 127.0.0.1/localhost; <a href> is a link, not a request, and
+    neither is a reference to the site's own published address `own` (Material's canonical link)."""
     errors = []
+    own = own.rstrip("/")
     for page in html_pages(site):
         for tag, attr, value in parse_html(page).refs:
-            if tag == "a":
+            if tag == "a" or (own and _within(value, own)):
                 continue
             parts = urlsplit(value)
             outside = (

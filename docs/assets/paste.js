@@ -12,6 +12,23 @@
   const status = box.querySelector(".oomguide-paste__status");
   const answerBox = box.querySelector(".oomguide-paste__answer");
   const base = box.dataset.base;
+  // Opened as a file, the page may not fetch Pyodide's WebAssembly (chromium refuses file:// fetches):
+  // say why the box cannot run and how to serve the site, in the page's language, and stop there.
+  // One of the box's own lines as the status, its `commands` as code.
+  function sayError(text) {
+    status.textContent = "";
+    text.split("`").forEach((part, i) => {
+      const piece = document.createElement(i % 2 ? "code" : "span");
+      piece.textContent = part;
+      status.appendChild(piece);
+    });
+    status.classList.add("oomguide-paste__status--error");
+  }
+  if (window.location.protocol === "file:") {
+    sayError(box.dataset.file);
+    button.disabled = true;
+    return;
+  }
   const site = (path) => new URL(base + "/" + path, window.location.href).href;
   let python = null; // the promise of oomguide.explain.browser.answer, once asked for
 
@@ -25,7 +42,20 @@
     });
   }
 
+  // A line of the box's own (in the page's language), shown as it is instead of "could not start".
+  class BoxError extends Error {}
+
+  // Browsers compile WebAssembly only when it is served as application/wasm; with another type
+  // Pyodide's start never ends. Ask the server first, and say what it must change.
+  async function checkWasmType() {
+    const head = await fetch(site("assets/pyodide/pyodide.asm.wasm"), { method: "HEAD" });
+    if (!head.ok) return; // a server without HEAD: Pyodide's own request says what is wrong
+    const type = (head.headers.get("content-type") || "").split(";")[0].trim().toLowerCase();
+    if (type !== "application/wasm") throw new BoxError(box.dataset.wasmType.replace("{type}", type || "-"));
+  }
+
   async function start() {
+    await checkWasmType();
     await loadScript(site("assets/pyodide/pyodide.js"));
     const pyodide = await window.loadPyodide({ indexURL: site("assets/pyodide/") });
     const response = await fetch(site("assets/oomguide/explain.zip"));
@@ -44,7 +74,7 @@
   // The CLI's text, with each section's address (given by Python, relative to this page) as a link.
   function show(text, links) {
     const lines = text.split("\n").map((line) => {
-      const address = links.find((link) => line.trim().startsWith(link + " "));
+      const address = links.find((link) => line.trim().split(/\s+/)[0] === link);
       if (!address) return escape(line);
       const at = line.indexOf(address);
       return (
@@ -77,8 +107,11 @@
       }
     } catch (error) {
       python = null;
-      status.textContent = box.dataset.failed.replace("{error}", String(error && error.message ? error.message : error));
-      status.classList.add("oomguide-paste__status--error");
+      sayError(
+        error instanceof BoxError
+          ? error.message
+          : box.dataset.failed.replace("{error}", String(error && error.message ? error.message : error)),
+      );
     } finally {
       box.dataset.lastMs = String(Math.round(performance.now() - started));
       box.dataset.answers = String(Number(box.dataset.answers || 0) + 1);

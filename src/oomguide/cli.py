@@ -113,6 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="your nanoGPT checkout (default: the one the config or the working directory is in): its "
         "train.py and model.py decide what runs",
     )
+    check.add_argument(
+        "--nanochat",
+        metavar="PATH",
+        help="your nanochat checkout: predict the nanochat command line given after -- (a line of "
+        "runs/speedrun.sh or runs/runcpu.sh) with nanochat's own model and optimizer code",
+    )
+    check.add_argument(
+        "--from-base",
+        metavar="LINE",
+        help="with --nanochat: the base_train command line whose checkpoint the script loads (default: "
+        "the checkpoint's meta file in $NANOCHAT_BASE_DIR, else base_train's defaults)",
+    )
     check.add_argument("--model", metavar="PATH", help="a nanoGPT model.py to run instead of the checkout's")
     check.add_argument(
         "--gpu-memory",
@@ -232,8 +244,40 @@ def request_of(args):
     )
 
 
+def run_nanochat(args) -> int:
+    from .nanochat import check, render
+
+    if args.configs or args.set:
+        raise BadInput("--nanochat takes the nanochat command after --, not config files or --set")
+    if not args.nanochat_command:
+        raise BadInput(
+            "no command after --: give a nanochat command line, e.g. python -m scripts.base_train --depth=4"
+        )
+    quiet = args.json or not sys.stderr.isatty()
+    shown: list = []
+    progress = None if quiet else _progress(args.lang, shown)
+    request = check.Request(
+        args.nanochat,
+        args.nanochat_command,
+        gpu=args.gpu,
+        gpu_memory=args.gpu_memory,
+        capability=args.capability,
+        alloc_conf=args.alloc_conf,
+        search=not args.no_search,
+        from_base=args.from_base,
+    )
+    out = check.verdict(request, progress=progress)
+    if shown:
+        print(file=sys.stderr)
+    print(json.dumps(out, indent=2) if args.json else render.render(out, args.lang))
+    return EXIT_FITS if out["fits"] else EXIT_DOES_NOT_FIT
+
+
 def run_check(args) -> int:
     from . import verdict
+
+    if args.nanochat:
+        return run_nanochat(args)
 
     quiet = args.json or not sys.stderr.isatty()
     run = verdict.prepare(request_of(args))
@@ -266,9 +310,16 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     parser = _explain_parser() if words[:1] == ["explain"] else build_parser()
-    args = parser.parse_args(argv)
+    command = None
+    if words[:1] == ["check"] and any(w == "--nanochat" or w.startswith("--nanochat=") for w in words) and "--" in words:
+        # the nanochat command after the first --, with its own options and --, as the reader typed it
+        at = words.index("--")
+        words, command = words[:at], words[at + 1 :]
+    args = parser.parse_args(words)
+    args.nanochat_command = command
     args.program = argv is None
-    if args.program and (args.command == "check" or args.configs or args.set):
+    if args.program and not getattr(args, "nanochat", None) and (args.command == "check" or args.configs or args.set):
+        # (nanochat's optim.py calls torch.compile at import: it needs all of TorchDynamo)
         # the program itself (not a call from Python) with a prediction ahead: TorchDynamo only if needed
         from .memory import light_dynamo
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from decimal import Decimal
 from pathlib import Path
+
+from .i18n import N_, gettext_for
 
 STORE = Path(__file__).resolve().parents[2] / "examples" / "figures.json"
 LANGS = ("en", "ja", "zh", "de", "fr")
@@ -44,28 +47,43 @@ def save(store: dict, path: Path = STORE) -> None:
     path.write_text(json.dumps(ordered, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-# Typography per language (see also tests/test_language.py, which checks the built pages):
-# - the thousands separator, and from how many digits on a number is grouped: English, Japanese
-#   and Chinese group from four digits with a comma (65,536); German groups from five digits with a
-#   period (65.536, but 1024), French from five digits with a narrow no-break space (65 536, 1024);
-# - the decimal sign: a comma in German and French;
-# - the space between a number and its unit: a no-break space in German and French (6,14 GiB,
+# Typography per language (tests/test_language.py checks the built pages). Numbers come from
+# CLDR through Babel (``babel.numbers``, ``babel.units``): each language's digits, decimal sign,
+# grouping separator (65,536 / 65.536 / 65 536 with U+202F in French), percent sign and its space,
+# compact large numbers (124.37M, 1.24億, 1.24亿, 124,37 Mio., 124,37 millions) and the unit "second"
+# (0.12 sec, 0.12 秒, 0.12秒, 0,12 Sek., 0,12 s). Decided here, on top of CLDR:
+# - German and French leave a four-digit number ungrouped (1024, as DIN 5008 and the Imprimerie
+#   nationale's rules have it; CLDR would write 1.024 / 1 024): ``GROUP_FROM``;
+# - the space between a number and its unit is a no-break space in German and French (6,14 GiB,
 #   6,14 Gio), so that a line never breaks between them; an ordinary space elsewhere;
-# - ratios as each language says them in running text: "4.22×" in English, "4,22-mal" in German,
-#   "4,22 fois" in French, "4.22 倍" in Japanese and Chinese.
+# - a count of millions is written out in French (124,37 millions: "de paramètres" follows in the
+#   page), compact elsewhere;
+# - the ratio's words (4.22×, 4,22-mal, 4,22 fois, 4.22 倍) are the ``site`` catalogs' (CLDR has none).
+# Rounding is Python's (``f"{x:.2f}"``) before Babel sees the number, so that a size prints as PyTorch
+# rounds it ("6.14 GiB" in the message, 6,14 Gio on the page).
 NBSP, NNBSP = "\u00a0", "\u202f"
-THOUSANDS = {"en": ",", "ja": ",", "zh": ",", "de": ".", "fr": NNBSP}
 GROUP_FROM = {"en": 4, "ja": 4, "zh": 4, "de": 5, "fr": 5}
-DECIMAL = {"en": ".", "ja": ".", "zh": ".", "de": ",", "fr": ","}
 UNIT_SPACE = {"en": " ", "ja": " ", "zh": " ", "de": NBSP, "fr": NBSP}
-RATIO = {"en": "×", "ja": NBSP + "倍", "zh": NBSP + "倍", "de": "-mal", "fr": NBSP + "fois"}
+COMPACT = {"fr": "long"}  # format_compact_decimal's format_type; "short" elsewhere
+# TRANSLATORS: a ratio in running text ("the logits take 4.22× the memory"); {number} is formatted
+# already. Keep the no-break space between number and word where the language puts a space.
+RATIO = N_("{number}×")
 
 
-def _group(int_text: str, sep: str, group_from: int = 4) -> str:
-    if len(int_text) < group_from:
-        return int_text
-    head, rest = int_text[: len(int_text) % 3 or 3], int_text[len(int_text) % 3 or 3 :]
-    return sep.join([head] + [rest[i : i + 3] for i in range(0, len(rest), 3)])
+def _rounded(value: float, decimals: int) -> Decimal:
+    """`value` rounded as Python prints it with `decimals` digits, as an exact Decimal."""
+    return Decimal(f"{value:.{decimals}f}")
+
+
+def _number(value: float, decimals: int, lang: str, trim: bool = False) -> str:
+    """`value` with `decimals` fraction digits (at most, if `trim`), as CLDR writes numbers in `lang`."""
+    from babel.numbers import format_decimal
+
+    number = _rounded(value, decimals)
+    number = abs(number) if number == 0 else number  # -0.001 is "0.00", not "-0.00"
+    pattern = "#,##0" + ("." + ("#" if trim else "0") * decimals if decimals else "")
+    grouped = abs(number) >= 10 ** (GROUP_FROM[lang] - 1)
+    return format_decimal(number, pattern, locale=lang, group_separator=grouped)
 
 
 def group_int(value: int, lang: str) -> str:
@@ -73,11 +91,41 @@ def group_int(value: int, lang: str) -> str:
     return _number(value, 0, lang)
 
 
-def _number(value: float, decimals: int, lang: str) -> str:
-    text = f"{abs(value):.{decimals}f}"
-    whole, _, frac = text.partition(".")
-    out = _group(whole, THOUSANDS[lang], GROUP_FROM[lang]) + (DECIMAL[lang] + frac if frac else "")
-    return ("-" if value < 0 else "") + out
+def _percent(value: float, decimals: int, lang: str) -> str:
+    from babel import Locale
+    from babel.numbers import format_percent
+
+    pattern = Locale.parse(lang).percent_formats[None].pattern  # "#,##0 %" in German and French
+    if decimals:
+        pattern = pattern.replace("#,##0", "#,##0." + "0" * decimals, 1)
+    return format_percent(_rounded(value * 100, decimals) / 100, pattern, locale=lang)
+
+
+def _millions(value: float, decimals: int, lang: str) -> str:
+    from babel.numbers import format_compact_decimal
+
+    if lang in ("en", "de", "fr"):  # a count of millions, as these languages say it
+        number = _rounded(value / 1e6, decimals) * 1000000
+    else:  # Japanese and Chinese count in 万 and 億/亿: 1.24億, 15.58亿
+        number = Decimal(round(value))
+    text = format_compact_decimal(
+        number, format_type=COMPACT.get(lang, "short"), locale=lang, fraction_digits=decimals
+    )
+    return text.replace(" ", UNIT_SPACE[lang])
+
+
+def _seconds(value: float, decimals: int, lang: str) -> str:
+    from babel.units import format_unit
+
+    pattern = "#,##0" + ("." + "0" * decimals if decimals else "")
+    text = format_unit(
+        _rounded(value, decimals), "duration-second", length="short", locale=lang, format=pattern
+    )
+    return text.replace(" ", UNIT_SPACE[lang])
+
+
+def _ratio(value: float, decimals: int, lang: str) -> str:
+    return gettext_for(lang, "site")(RATIO).format(number=_number(value, decimals, lang, trim=True))
 
 
 def format_figure(value: float, unit: str, lang: str = "en", decimals: int | None = None) -> str:
@@ -95,16 +143,13 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
     if unit == "code":  # a value inside code (`block_size = 1024`): Python's spelling in every language
         return str(round(value))
     if unit == "millions":
-        number = _number(value / 1e6, 2 if decimals is None else decimals, lang)
-        return number + {"de": NBSP + "Mio.", "fr": NBSP + "millions"}.get(lang, "M")
-    if unit == "ratio":
-        number = _number(value, 2 if decimals is None else decimals, lang)
-        return number + RATIO[lang]
+        return _millions(value, 2 if decimals is None else decimals, lang)
+    if unit == "ratio":  # 2 倍, not 2.00 倍: trailing zeros dropped
+        return _ratio(value, 2 if decimals is None else decimals, lang)
     if unit == "percent":
-        text = _number(value * 100, 0 if decimals is None else decimals, lang)
-        return text + (NNBSP + "%" if lang in ("de", "fr") else "%")
+        return _percent(value, 0 if decimals is None else decimals, lang)
     if unit == "seconds":
-        return _number(value, 2 if decimals is None else decimals, lang) + UNIT_SPACE[lang] + "s"
+        return _seconds(value, 2 if decimals is None else decimals, lang)
     if unit == "float":
         return _number(value, 2 if decimals is None else decimals, lang)
     if unit == "mark":  # a yes/no a table shows: 1 -> ✓, 0 -> ✗, the same in every language
@@ -166,7 +211,7 @@ def chart_style(lang: str) -> dict:
 
 
 def tick_format(lang: str):
-    """A matplotlib tick formatter that writes numbers as `lang` does (2,5 in German and French)."""
+    """A matplotlib tick formatter that writes numbers as `lang` does, from CLDR (2,5 in German and French)."""
     from matplotlib.ticker import FuncFormatter
 
     if lang not in LANGS:
@@ -177,7 +222,6 @@ def tick_format(lang: str):
         whole, _, frac = text.lstrip("-").partition(".")
         if not whole.isdigit():  # 1e+20 and the like: leave as matplotlib would print it
             return text
-        number = _number(float(text), len(frac), lang)
-        return number
+        return _number(float(text), len(frac), lang)
 
     return FuncFormatter(fmt)

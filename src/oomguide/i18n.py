@@ -36,8 +36,8 @@ LOCALE = PACKAGE / "locale"
 # domain -> source files (relative to the package) whose _() / N_() strings it holds
 DOMAINS: dict[str, tuple[str, ...]] = {
     "explain": ("explain/*.py",),
-    "check": ("check_render.py", "messages.py"),
-    "site": ("site_hooks.py", "placement.py", "paste.py"),
+    "check": ("check_render.py", "messages.py", "nanochat/render.py"),
+    "site": ("site_hooks.py", "placement.py", "paste.py", "figures.py"),
 }
 KEYWORDS = {"_": None, "N_": None}
 

@@ -5,11 +5,15 @@ What it does, for the site's hooks (``site_hooks.py``):
 * **The box.** A page holds the line ``<!-- oomguide:paste-box -->``; :func:`box_html` replaces it
   with a text area, a button, a status line and the answer's place, worded in the page's language
   (the ``site`` catalogs), and the way from the page to the site's root (``data-base``), which the
-  answer's links start with. ``docs/assets/paste.js`` does the rest in the browser.
+  answer's links start with. ``docs/assets/paste.js`` does the rest in the browser; on a page opened
+  as a file (``file://``), where the browser will not fetch Pyodide's WebAssembly, it only shows why
+  the box cannot run and how to serve the site (``WORDS["file"]``).
 * **What the browser runs.** :func:`bundle` packs the torch-free part of this package that
   ``oomguide explain`` uses for a message without a config (``BUNDLE``) into one zip, with the
   ``explain`` catalogs compiled to ``.mo`` from the same ``.po`` files the CLI reads
   (``i18n.compile_catalog``): Pyodide's Python has the standard library's ``gettext`` but no Babel.
+  Numbers are formatted from CLDR by Babel (``figures.py``), so the zip also carries Babel's Python
+  modules and the CLDR data of the five languages (``BABEL_MODULES``, ``BABEL_DATA``).
   The browser calls :func:`oomguide.explain.browser.answer`, the CLI's own ``explain`` and ``render``.
 * **Pyodide.** From the npm registry's ``pyodide`` package (``package.json``, ``package-lock.json``;
   ``npm ci`` puts it in ``node_modules/pyodide``, which git ignores): :func:`write_assets` copies the
@@ -49,6 +53,11 @@ BUNDLE = (
     "explain/*.py",
 )
 DOMAINS = ("explain", "check")  # the catalogs those modules read
+# Babel, which figures.py formats numbers with (CLDR): Pyodide's Python has none, so the bundle
+# carries its pure-Python modules (unpickling its locale data needs babel.dates and babel.localtime
+# too) and the CLDR data of the site's five languages, from the Babel installed here.
+BABEL_MODULES = ("*.py", "localtime/*.py")
+BABEL_DATA = ("global.dat", "locale-data/root.dat", *(f"locale-data/{lang}.dat" for lang in i18n.LANGS))
 
 PLACEHOLDER = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …"  # PyTorch's words
 WORDS = {
@@ -61,6 +70,17 @@ WORDS = {
         "repository, then build or serve the site again. `oomguide explain` gives the same answer."
     ),
     "failed": N_("Pyodide could not start in this browser: {error}"),
+    "wasm_type": N_(
+        "The server sends Pyodide's WebAssembly (assets/pyodide/pyodide.asm.wasm) as {type}, and "
+        "browsers run WebAssembly only when it comes as application/wasm: have the server send .wasm "
+        "files with that type (`python -m http.server`, `mkdocs serve` and GitHub Pages do)."
+    ),
+    "file": N_(
+        "Opened as a file (file://), this page cannot run the box: the browser refuses to load the "
+        "WebAssembly that Python runs on from files. Serve the site instead: run "
+        "`python -m http.server` in the folder that holds it (site/), then open "
+        "http://localhost:8000/ (or run `mkdocs serve` in the repository)."
+    ),
 }
 
 
@@ -93,7 +113,8 @@ def box_html(lang: str, page_url: str, pyodide: bool) -> str:
     return (
         f'<div class="oomguide-paste" data-lang="{lang}" data-base="{base}" '
         f'data-pyodide="{"yes" if pyodide else "missing"}" data-loading="{attr("loading")}" '
-        f'data-reading="{attr("reading")}" data-failed="{attr("failed")}">\n'
+        f'data-reading="{attr("reading")}" data-failed="{attr("failed")}" data-file="{attr("file")}" '
+        f'data-wasm-type="{attr("wasm_type")}">\n'
         f'<label class="oomguide-paste__label">{html.escape(t(WORDS["label"]))}\n'
         f'<textarea class="oomguide-paste__input" rows="8" spellcheck="false" '
         f'placeholder="{html.escape(PLACEHOLDER, quote=True)}"></textarea></label>\n'
@@ -126,6 +147,13 @@ def bundle() -> bytes:
                 po = i18n.po_path(lang, domain)
                 mo = po.with_suffix(".mo").relative_to(PACKAGE).as_posix()
                 _add(z, f"oomguide/{mo}", i18n.compile_catalog(po, lang, domain))
+        import babel
+
+        source = Path(babel.__file__).resolve().parent
+        for name in sorted({p for pattern in BABEL_MODULES for p in source.glob(pattern)}) + [
+            source / data for data in BABEL_DATA
+        ]:
+            _add(z, f"babel/{name.relative_to(source).as_posix()}", name.read_bytes())
     return buffer.getvalue()
 
 

@@ -167,14 +167,37 @@ def _flatten(toc) -> list:
     return out
 
 
+_HEADERLINK = re.compile(r'<a class="headerlink"[^>]*>.*?</a>', re.S)
+
+
 def _text(fragment: str) -> str:
-    return " ".join(htmllib.unescape(re.sub(r"<[^>]+>", "", fragment)).split())
+    """A heading's text: tags dropped, runs of ordinary white space made one space, no-break spaces
+    (U+00A0, U+202F) kept where the page put them."""
+    return re.sub(r"[ \t\r\n]+", " ", htmllib.unescape(re.sub(r"<[^>]+>", "", fragment))).strip()
+
+
+def _toc_as_headings(html: str, page) -> None:
+    """Title every entry of the page's table of contents with its heading's own text.
+
+    Python-Markdown's toc joins a title's words with ordinary spaces (``str.split``), so French's
+    no-break spaces ("Option 1 : …", "Que faire ?", "12 Go") became breakable ones in the sidebar
+    and the table of contents while the heading kept them."""
+    titles = {}
+    for m in _HEADING.finditer(html):
+        found = _ID.search(m["attrs"])
+        if found:
+            titles[found["id"]] = _text(_HEADERLINK.sub("", m["body"]))
+    for item in _flatten(page.toc):
+        if titles.get(item.id):
+            item.title = titles[item.id]
 
 
 def on_page_content(html: str, page, config, files) -> str:
-    """Notebook pages: heading ids from their { #anchor }, unique and non-empty, and a table of
-    contents that points at them."""
+    """The table of contents titled as the headings are (no-break spaces kept); notebook pages:
+    heading ids from their { #anchor }, unique and non-empty, and a table of contents that points
+    at them."""
     if not isinstance(page.file, NotebookPage):
+        _toc_as_headings(html, page)
         return html
     seen: set[str] = set()
     headings: list[tuple[str, str]] = []  # (id, title) in document order

@@ -6,7 +6,8 @@ The package, one module per job, in the order the answer is built:
                  it), and sizes as PyTorch's ``format_size`` writes them
 - ``tensors``    which tensor the request was: a config's large tensors, or a search of logits sizes
 - ``diagnosis``  why it ran out, the prediction of each phase, the sections to read (as data)
-- ``links``      the guide's sections as addresses (mkdocs.yml's ``site_url``) and page paths
+- ``links``      the guide's sections as links: the published site's address (mkdocs.yml's
+                 ``site_url``), else the page's file under docs/
 - ``words``      every English sentence explain prints, the message ids of its catalogs
 - ``render``     the answer as text in one of five languages (catalogs: ``oomguide.i18n``)
 - ``command``    the command line: arguments, input, output
@@ -23,7 +24,15 @@ from ..i18n import LANGS
 from .command import add_arguments, read_input, run
 from .diagnosis import Explanation, choose_sections, diagnose, explain, model_states
 from .formats import FORMATS, ExplainError, NoRequest, OOMFigures, format_size, parse_message
-from .links import GUIDE_SECTIONS, SITE_URL_ENV, guide_url, page_path, site_url
+from .links import (
+    GUIDE_SECTIONS,
+    SITE_URL_ENV,
+    guide_url,
+    page_path,
+    published_url,
+    section_link,
+    site_url,
+)
 from .render import render
 from .tensors import SIXTEEN_BIT, TENSOR_NAMES, config_tensors, search_logits
 from .words import TEXT
@@ -50,9 +59,11 @@ __all__ = [
     "model_states",
     "page_path",
     "parse_message",
+    "published_url",
     "read_input",
     "render",
     "run",
     "search_logits",
+    "section_link",
     "site_url",
 ]

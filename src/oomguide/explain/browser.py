@@ -20,7 +20,7 @@ import os
 from ..check_render import error_line
 from .diagnosis import explain
 from .formats import ExplainError
-from .links import SITE_URL_ENV, guide_url
+from .links import SITE_URL_ENV, section_link
 from .render import render
 
 SOURCE = "stdin"  # what the CLI calls a message pasted into `oomguide explain -`
@@ -34,7 +34,7 @@ def answer(text: str, lang: str, base: str) -> str:
         result = explain(text, None, source=SOURCE)
         out = {
             "text": render(result, lang),
-            "links": [guide_url(page, anchor, lang, base) for page, anchor in result.sections],
+            "links": [section_link(page, anchor, lang) for page, anchor in result.sections],
         }
     except (ExplainError, ValueError) as exc:  # the CLI's bad input (cli._main): one line
         out = {"error": error_line("explain", str(exc), lang)}

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from .. import units
 from .formats import NoRequest, OOMFigures, detect_context, parse_message
-from .links import guide_url, page_path
+from .links import page_path, section_link
 from .tensors import ACTIVATION_TENSORS, LOGITS_TENSORS, match_request
 
 GiB, MiB = units.GiB, units.MiB
@@ -231,7 +231,7 @@ class Explanation:
             "matches": self.matches,
             "matched_by": self.matched_by,
             "diagnosis": self.diagnosis,
-            "links": [guide_url(p, a, lang) for p, a in self.sections],
+            "links": [section_link(p, a, lang) for p, a in self.sections],  # as the text prints them
             "card_bytes": self.card_bytes,
             "lang": lang,
             "warnings": self.warnings,
@@ -266,7 +266,7 @@ def explain(
     if isinstance(figs, NoRequest):
         card = gpu_memory or figs.capacity
         return Explanation(figs, found, context, [], "none", ["no_request"], NO_REQUEST_SECTIONS, card)
-    matches, matched_by = match_request(figs, config)
+    matches, matched_by = match_request(figs, config, text)
     card = gpu_memory or figs.capacity
     states = model_states(config, card) if config is not None else None
     codes = diagnose(figs, states)

@@ -1,13 +1,17 @@
 """Where explain sends the reader: the guide's sections, as addresses and as page paths.
 
 What it does: knows every section explain links to (``GUIDE_SECTIONS``; tests/test_explain.py checks
-each anchor in every language), builds a section's address from the site's address and its path in
-the repository (``docs/ja/eval-oom-12gb.md#eval-batch-size``), so that a reader without a running
-server can still open the right file.
+each anchor in every language), and gives each one link that works where the reader is
+(:func:`section_link`): the section's address on the published site (``https://…/ja/eval-oom-12gb/
+#eval-batch-size``) when the site is published, otherwise its page in the repository
+(``docs/ja/eval-oom-12gb.md#eval-batch-size``), which opens without a server.
 
 The site's address has one setting: ``site_url`` in mkdocs.yml, read at run time (``site.yml``
-beside this module is a link to it, so the installed package carries it too), overridden by the
-environment variable ``OOMGUIDE_SITE_URL``.
+beside this module is a link to it: the wheel carries a copy, made when it is built, and
+tests/test_install.py checks that the installed CLI reads the same address). A ``site_url`` on this
+machine (``http://127.0.0.1:8000/``, what ``mkdocs serve`` answers on; ``localhost``) means the site is
+not published. The environment variable ``OOMGUIDE_SITE_URL`` overrides it and is always an address
+(the paste box sets it to the way from its page to the site's root).
 
 It must never choose sections (that is ``diagnosis``) nor hold an address of its own.
 """
@@ -18,6 +22,7 @@ import functools
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 SITE_URL_ENV = "OOMGUIDE_SITE_URL"
 MKDOCS_YML = Path(__file__).with_name("site.yml")  # a link to the repository's mkdocs.yml
@@ -62,19 +67,37 @@ NOTEBOOK_PAGES = ("where-the-memory-goes",)
 
 @functools.cache
 def configured_site_url(path: Path = MKDOCS_YML) -> str:
-    """``site_url`` of mkdocs.yml (the file has MkDocs' own YAML tags, so it is read line by line)."""
+    """``site_url`` of mkdocs.yml, ``""`` without one (the file has MkDocs' own YAML tags, so it is read
+    line by line)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RuntimeError(f"cannot read the site's address from {path}: {exc}") from None
     m = re.search(r"^site_url:\s*['\"]?([^'\"\s#]+)", text, re.M)
-    if not m:
-        raise RuntimeError(f"{path} has no site_url")
-    return m.group(1)
+    return m.group(1) if m else ""
+
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")  # `mkdocs serve` here: not a published site
 
 
 def site_url() -> str:
     return (os.environ.get(SITE_URL_ENV) or configured_site_url()).rstrip("/")
+
+
+def is_local(url: str) -> bool:
+    """Whether `url` answers only on the reader's own machine (or is no address at all)."""
+    parts = urlsplit(url)
+    return not parts.netloc or parts.hostname in LOCAL_HOSTS
+
+
+def published_url() -> str | None:
+    """The site's address where the links should go, or None when the site is not published:
+    ``OOMGUIDE_SITE_URL`` if set, else mkdocs.yml's ``site_url`` unless it is on this machine."""
+    chosen = os.environ.get(SITE_URL_ENV)
+    if chosen:
+        return chosen.rstrip("/")
+    configured = configured_site_url()
+    return None if is_local(configured) else configured.rstrip("/")
 
 
 def _check(page: str, anchor: str | None) -> None:
@@ -95,3 +118,9 @@ def page_path(page: str, anchor: str | None, lang: str) -> str:
     _check(page, anchor)
     ext = ".ipynb" if page in NOTEBOOK_PAGES else ".md"
     return f"docs/{lang}/{page}{ext}" + (f"#{anchor}" if anchor else "")
+
+
+def section_link(page: str, anchor: str | None, lang: str) -> str:
+    """The one link explain prints for a section: its address on the published site, else its page file."""
+    base = published_url()
+    return page_path(page, anchor, lang) if base is None else guide_url(page, anchor, lang, base)

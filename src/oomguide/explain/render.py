@@ -15,7 +15,7 @@ from .. import figures
 from ..i18n import gettext_for
 from .diagnosis import Explanation
 from .formats import format_size
-from .links import guide_url, page_path
+from .links import section_link
 from .tensors import ITEMSIZE, SIXTEEN_BIT, TENSOR_NAMES
 from .words import TEXT
 
@@ -118,10 +118,22 @@ def _tensor_lines(result: Explanation, lang: str) -> list[str]:
     lines = []
     if result.matched_by == "small":
         lines.append("  " + t(TEXT["small_request"]).format(req=req))
-    elif result.matched_by == "config":
-        lines.append("  " + t(TEXT["is_size_of_config"]).format(req=req))
+    elif result.matched_by in ("config", "nanochat"):
+        key = "is_size_of_nanochat" if result.matched_by == "nanochat" else "is_size_of_config"
+        lines.append("  " + t(TEXT[key]).format(req=req))
         for m in result.matches:
             shape = "(" + ", ".join(str(d) for d in m["shape"]) + ")"
+            if result.matched_by == "nanochat":
+                line = t(TEXT["nanochat_match"]).format(
+                    desc=t(TENSOR_NAMES[m["tensor"]]),
+                    shape=shape,
+                    dtype=m["dtype"],
+                    batch=m["batch_size"],
+                    seq=m["block_size"],
+                    vocab=m["vocab_size"],
+                )
+                lines.append("  - " + line)
+                continue
             line = t(TEXT["config_match"]).format(
                 desc=t(TENSOR_NAMES[m["tensor"]]),
                 shape=shape,
@@ -139,8 +151,10 @@ def _tensor_lines(result: Explanation, lang: str) -> list[str]:
             lines += _search_lines(result.matches, lang, req)
         else:
             lines.append("  " + t(TEXT["no_match"]).format(req=req))
-    if result.config is None:
+    if result.config is None and result.matched_by != "nanochat":
         lines.append("  " + t(TEXT["hint_config"]))
+    elif result.matched_by == "nanochat":
+        lines.append("  " + t(TEXT["hint_nanochat"]))
     return lines
 
 
@@ -247,11 +261,9 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
 
 
 def _link_lines(result: Explanation, lang: str) -> list[str]:
-    """Each section as its address and, beside it, its page in the repository (readable without a server)."""
+    """Each section as one link: its address on the published site, else its page in the repository."""
     t = gettext_for(lang)
-    return ["", t(TEXT["h_links"])] + [
-        f"  {guide_url(p, a, lang)}  {page_path(p, a, lang)}" for p, a in result.sections
-    ]
+    return ["", t(TEXT["h_links"])] + [f"  {section_link(p, a, lang)}" for p, a in result.sections]
 
 
 def _render_no_request(result: Explanation, lang: str) -> str:

@@ -12,6 +12,8 @@ and never word anything: tensors are named by codes, which ``render`` words per 
 
 from __future__ import annotations
 
+import re
+
 from ..i18n import N_
 from .formats import OOMFigures, prints_as
 
@@ -47,6 +49,14 @@ TENSOR_NAMES = {
     "attention_scores": N_(
         "the (B, n_head, T, T) attention matrix (only without flash attention: nanoGPT's manual "
         "attention path)"
+    ),
+    "nanochat_logits": N_(
+        "nanochat's (B·T, V) logits from lm_head in the compute dtype, or their gradient (torch.compile's "
+        "fused loss keeps both: nanochat/gpt.py, GPT.forward)"
+    ),
+    "nanochat_logits_float32": N_(
+        "a float32 (B, T, V) tensor of nanochat's GPT.forward: logits.float() or the softcap's tanh "
+        "(the uncompiled model: CORE evaluation, sampling)"
     ),
     "embedding_weight": N_(
         "the (V, C) token embedding / lm_head weight, its gradient or one of its AdamW states"
@@ -129,11 +139,52 @@ def search_logits(printed: str, vocabs=SEARCH_VOCABS) -> list[dict]:
     return out
 
 
-def match_request(figs: OOMFigures, config=None) -> tuple[list[dict], str]:
-    """Tensors whose size prints as the request, and how they were found: 'small', 'config' or 'search'."""
+# nanochat: the tokenizer's vocabulary (scripts/tok_train.py's default; 65536 before it), its
+# --max-seq-len (2048 by default, 512 in runs/runcpu.sh) and --device-batch-size (32 by default)
+NANOCHAT_VOCABS = (32768, 65536)
+NANOCHAT_SEQ = (2048, 1024, 512)
+NANOCHAT_MAX_BATCH = 128
+NANOCHAT_FRAMES = re.compile(r"scripts[/.](base_train|base_eval|chat_sft|chat_rl|chat_cli|chat_web)|nanochat/(gpt|engine|core_eval|loss_eval)\.py")
+_INDUCTOR_BUFFER = re.compile(r"empty_strided_cuda\(\((\d+), (\d+)\),[^)]*\), torch\.(\w+)\)")
+
+
+def is_nanochat(text: str) -> bool:
+    """Whether a traceback ran in nanochat (its scripts or its model, engine or evaluation code)."""
+    return bool(NANOCHAT_FRAMES.search(text))
+
+
+def nanochat_logits(printed: str, text: str = "") -> list[dict]:
+    """nanochat's (B·T, V) logits in the compute dtype and its float32 (B, T, V) tensors that print as
+    `printed`; narrowed to the buffer an Inductor frame of the traceback allocates, when it names one."""
+    out = []
+    for vocab in NANOCHAT_VOCABS:
+        for seq in NANOCHAT_SEQ:
+            for batch in range(1, NANOCHAT_MAX_BATCH + 1):
+                for t in (
+                    _tensor("nanochat_logits", (batch * seq, vocab), "bfloat16", batch, seq, vocab),
+                    _tensor("nanochat_logits_float32", (batch, seq, vocab), "float32", batch, seq, vocab),
+                ):
+                    if prints_as(t["bytes"], printed):
+                        out.append(t)
+    for rows, cols, dtype in _INDUCTOR_BUFFER.findall(text):
+        named = [t for t in out if t["dtype"] == dtype and t["shape"] == [int(rows), int(cols)]]
+        if named:
+            out = named
+            break
+    out.sort(key=lambda t: (NANOCHAT_SEQ.index(t["block_size"]), t["dtype"] != "bfloat16", NANOCHAT_VOCABS.index(t["vocab_size"])))
+    return out[:4]
+
+
+def match_request(figs: OOMFigures, config=None, text: str = "") -> tuple[list[dict], str]:
+    """Tensors whose size prints as the request, and how they were found: 'small', 'config',
+    'nanochat' (a nanochat traceback: nanochat's logits) or 'search'."""
     printed = figs.printed["requested"]
     if figs.requested <= SMALLEST_SEGMENTS:
         return [], "small"
+    if config is None and is_nanochat(text):
+        found = nanochat_logits(printed, text)
+        if found:
+            return found, "nanochat"
     if config is not None:
         found = [t for t in config_tensors(config) if prints_as(t["bytes"], printed)]
         if found:

@@ -44,6 +44,10 @@ TEXT: dict[str, str] = {
     ),
     "is_size_of": N_("{req} is the size of:"),
     "is_size_of_config": N_("In this config, {req} is the size of:"),
+    "is_size_of_nanochat": N_("In nanochat (a nanochat traceback), {req} is the size of:"),
+    "nanochat_match": N_(
+        "{desc}: shape {shape}, {dtype}, at --device-batch-size {batch} and --max-seq-len {seq} (vocab {vocab})"
+    ),
     "config_match": N_("{desc}: shape {shape}, {dtype}, {nbytes} bytes → {req}"),
     "config_no_match": N_("None of this config's tensors prints as {req}; at other batch and block sizes:"),
     "search_group": N_(
@@ -57,6 +61,10 @@ TEXT: dict[str, str] = {
     ),
     "no_match": N_(
         "{req} is not the size of a GPT-2 logits buffer (vocab 50304 or 50257, block 64–2048, batch 1–512)."
+    ),
+    "hint_nanochat": N_(
+        "oomguide check --nanochat PATH -- <the command line> predicts every phase of that run and the "
+        "largest --device-batch-size that fits."
     ),
     "hint_config": N_(
         "Pass your config (--config FILE, --set key=value) to compare with your model's "

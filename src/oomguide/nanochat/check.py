@@ -1,0 +1,186 @@
+"""The verdict on a nanochat run: each phase's peak, reserved memory, whether it fits, the largest
+``--device-batch-size`` that does; one plain dict (``--json``), which ``render`` words.
+
+What it does: reads the command line (``command``), imports nanochat's code for the card's compute
+dtype (``code``), plans the script's phases (``plan``) and predicts each on fake tensors
+(``phases``); the card (``--gpu``, ``--gpu-memory``) is resolved and judged by oomguide's own
+machinery: ``memory.gpus`` for the card, ``memory.reserved.judge`` for the caching allocator's
+reserved peak and the verdict on it, ``memory.search.max_batch_size`` for the search, whose probes
+come from two real runs (``memory.batches``) as nanoGPT's do. A phase during training (a later
+evaluation, sampling, the next step) is replayed after the training step, whose segments the
+allocator has cached. Never imports torch.cuda.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+from .. import units, versions
+from ..memory import batches, gpus, reserved
+from ..memory.allocator import alloc_conf_from_env, parse_alloc_conf
+from ..memory.predict import PhaseResult, second_batch
+from ..memory.search import max_batch_size
+from . import code as nanochat_code
+from .command import parse_line, script_arguments, script_environ
+from .phases import Setting, run
+from .plan import make_plan
+
+
+@dataclass
+class Request:
+    checkout: str
+    command: list  # the words after --
+    gpu: str | None = None
+    gpu_memory: int = units.DEFAULT_GPU_MEMORY
+    capability: tuple | None = None
+    alloc_conf: str | None = None
+    search: bool = True
+    from_base: str | None = None
+
+
+def fa3_for(capability: tuple, dtype: str) -> bool:
+    """Whether nanochat runs FA3 on this card (nanochat/flash_attention.py: the ``kernels`` package,
+    a dependency of nanochat, loads it on CUDA; FA3 takes bfloat16 only; compiled for sm80 to sm90)."""
+    return dtype == "bfloat16" and (8, 0) <= tuple(capability) < (10, 0)
+
+
+class _Judge:
+    """Predicts a plan's phases on one card; files runs by batch size for the search."""
+
+    def __init__(self, code, plan, setting, card, conf):
+        self.code, self.plan, self.setting, self.card, self.conf = code, plan, setting, card, conf
+        self.budget = units.usable_bytes(card.total_memory)
+        self._traces: dict = {}
+
+    def _real(self, spec, batch):
+        key = (spec.name, batch)
+        if key not in self._traces:
+            tracker, used = run(self.code, self.setting, spec, batch, self.budget)
+            self._traces[key] = (tracker, used)
+        return self._traces[key]
+
+    def warmup(self, spec, batch):
+        """The training step before a phase during training (its segments cached), or None."""
+        train = next((p for p in self.plan.phases if p.kind == "train"), None)
+        if train is None:
+            return None
+        return self._real(train, batch if spec.searched and train.searched else train.batch)[0].trace
+
+    def predict(self, spec, batch, search: bool = False) -> PhaseResult:
+        key = repr((self.setting, spec))
+        family = batches.family(key)
+        if search and family.ready(batch) and batch not in family.runs:
+            traces = family.traces(batch)
+            result = PhaseResult(spec.name, "predicted", batch, family.peak(batch), 0, "", budget_bytes=self.budget)
+            result.fits = reserved.fits(traces, self.budget, self.card.total_memory, self.conf, peak=result.peak_bytes)
+            if result.fits is not None:
+                return result
+        tracker, used = self._real(spec, batch)
+        warm = self.warmup(spec, batch)
+        traces = [tracker.trace] if warm is None else [warm, tracker.trace]
+        result = PhaseResult(
+            phase=spec.name,
+            mode="predicted",
+            batch_size=batch,
+            peak_bytes=tracker.peak,
+            largest_allocation_bytes=tracker.largest.nbytes,
+            largest_allocation=tracker.largest.describe(),
+            breakdown=tracker.breakdown(),
+            budget_bytes=self.budget,
+        )
+        result.fits = tracker.failing is None
+        if tracker.failing is not None:
+            result.failing_allocation_bytes = units.segment_size(tracker.failing.nbytes)
+            result.failing_allocation = tracker.failing.describe()
+            result.allocated_at_failure_bytes = tracker.allocated_at_failure
+        result.attention = ", ".join(used) or None
+        reserved.judge(result, traces, len(traces) - 1, self.card.total_memory, self.conf)
+        if spec.searched:
+            batches.remember(key, batch, traces, tracker.peak)
+            if len(family.runs) == 1 and batch >= 1:
+                second = second_batch(batch)
+                tr2, _ = self._real(spec, second)
+                warm2 = self.warmup(spec, second)
+                batches.remember(key, second, [tr2.trace] if warm2 is None else [warm2, tr2.trace], tr2.peak)
+        return result
+
+    def largest(self, spec, progress=None) -> int:
+        def predictor(config, phase, gpu_memory, *, batch_size, source=None, context_bytes=None, search=False):
+            return self.predict(spec, batch_size, search=search)
+
+        return max_batch_size(
+            SimpleNamespace(batch_size=spec.batch), spec.name, self.card.total_memory, predictor=predictor, progress=progress
+        )
+
+
+def verdict(request: Request, progress=None) -> dict:
+    checkout = nanochat_code.check_checkout(request.checkout)
+    command = parse_line(request.command)
+    args = script_arguments(checkout, command)
+    gpu = gpus.resolve_card(request.gpu, request.gpu_memory, request.capability)
+    environ = dict(os.environ)
+    environ.update(command.env)
+    dtype, dtype_why = nanochat_code.compute_dtype_for(gpu.capability, environ)
+    code = nanochat_code.load(checkout, dtype)
+    plan = make_plan(code, checkout, command, args, request.from_base, environ)
+    if request.alloc_conf is not None:
+        conf = parse_alloc_conf(request.alloc_conf, "--alloc-conf")
+    else:
+        conf = alloc_conf_from_env(script_environ(checkout, command.script, environ))
+    fa3 = fa3_for(gpu.capability, dtype)
+    setting = Setting(tuple(sorted(plan.config.items())), command.world_size, tuple(gpu.capability), fa3)
+    card = SimpleNamespace(gpu=gpu, total_memory=gpu.total_memory)
+    judge = _Judge(code, plan, setting, card, conf)
+    assumptions = list(plan.assumptions)
+    assumptions.append(
+        "attention: FA3 (nanochat loads it with the kernels package on sm80-sm90 in bfloat16), modelled as "
+        "its output and log-sum-exp" if fa3 else "attention: nanochat's SDPA fallback (no FA3 on this card or dtype)"
+    )
+    if not fa3 and plan.config.get("window_pattern", "L").upper() != "L":
+        assumptions.append("SDPA fallback with sliding windows: an explicit mask per short-window layer, as nanochat builds it")
+    assumptions.append("torch.compile (training model): modelled as eager with Inductor's fused loss, the logits' cast and softcap fused into it")
+    assumptions.append("MuonAdamW's compiled steps run eagerly: their temporaries are an upper bound")
+    if code.stood_in:
+        assumptions.append(f"not installed, stood in for the import only (never used by the prediction): {', '.join(code.stood_in)}")
+    out = {
+        "nanochat": str(checkout),
+        "script": plan.script,
+        "command": " ".join(request.command) if not isinstance(request.command, str) else request.command,
+        "world_size": command.world_size,
+        "arguments": {k: v for k, v in sorted(vars(args).items())},
+        "shape": plan.config,
+        "model_from": plan.model_from,
+        "compute_dtype": dtype,
+        "compute_dtype_from": dtype_why,
+        "device_batch_size": plan.device_batch_size,
+        "total_batch_size": plan.total_batch_size,
+        "gradient_accumulation_steps": plan.grad_accum,
+        "gpu": gpu.name,
+        "gpu_memory_bytes": gpu.total_memory,
+        "usable_bytes": units.usable_bytes(gpu.total_memory),
+        "context_bytes": units.CONTEXT_BYTES,
+        "compute_capability": ".".join(map(str, gpu.capability)),
+        "compute_capability_assumed": gpu.capability_assumed,
+        "alloc_conf": conf.describe(),
+        "mode": "predicted",
+        **versions.describe(),
+        "assumptions": assumptions,
+        "phases": {},
+    }
+    for spec in plan.phases:
+        result = judge.predict(spec, spec.batch)
+        entry = result.to_json()
+        if request.search and spec.searched:
+            report = progress(spec.name) if progress else None
+            entry["max_batch_size"] = judge.largest(spec, report)
+            entry["searched"] = "device_batch_size"
+        out["phases"][spec.name] = entry
+    out["fits"] = all(p["fits"] for p in out["phases"].values())
+    return out
+
+
+def checkout_path(path: str) -> Path:
+    return nanochat_code.check_checkout(path)

@@ -1,0 +1,107 @@
+"""``oomguide check --nanochat``'s answer as text in the reader's language (catalog domain ``check``).
+
+Words the dict of ``check.verdict`` line by line; sizes as PyTorch prints them in every language;
+arguments, phase names and op names as they are. Never computes a figure or decides a verdict.
+"""
+
+from __future__ import annotations
+
+from .. import units
+from ..i18n import N_, gettext_for
+from ..messages import translate
+
+TEXT = {
+    "run": N_("nanochat: {script} in {n} process(es), figures per rank; model {shape} from {source}"),
+    "batch": N_(
+        "--device-batch-size {dbs}, total batch {total} tokens -> {steps} gradient accumulation step(s) per rank"
+    ),
+    "dtype": N_("compute dtype: {dtype} ({why})"),
+    "card": N_("card: {gpu}, compute capability {capability}: {total} total, {usable} for PyTorch"),
+    "assumed": N_("assumed: {what}"),
+    "phase_fits": N_("{phase}: predicted peak {peak} allocated, {reserved} reserved -> fits (attention: {attention})"),
+    "phase_fails": N_(
+        "{phase}: predicted peak {peak} allocated, {reserved} reserved -> DOES NOT FIT (attention: {attention})"
+    ),
+    "fail_at": N_("would fail at: Tried to allocate {size} ({op}), with {allocated} already allocated"),
+    "max_batch": N_("largest --device-batch-size that fits: {n}"),
+    "max_batch_none": N_("not even --device-batch-size=1 fits"),
+    "footer": N_(
+        "(predicted with nanochat's own model and optimizer code on fake tensors; a phase fits when its "
+        "reserved memory does; kernel workspaces are not modelled)"
+    ),
+}
+
+
+def render(out: dict, lang: str = "en") -> str:
+    from ..check_render import TEXT as CHECK_TEXT
+    from ..check_render import words
+
+    t = gettext_for(lang, "check")
+
+    def say(key, **values):
+        return t(TEXT[key]).format(**values)
+
+    common = words(lang)
+    fmt = units.fmt_bytes
+    shape = out["shape"]
+    lines = [
+        say(
+            "run",
+            script=out["script"],
+            n=out["world_size"],
+            shape=f"n_layer={shape['n_layer']} n_embd={shape['n_embd']} n_head={shape['n_head']} "
+            f"sequence_len={shape['sequence_len']} vocab_size={shape['vocab_size']}",
+            source=out["model_from"],
+        )
+    ]
+    if out["gradient_accumulation_steps"] is not None:
+        lines.append(
+            say("batch", dbs=out["device_batch_size"], total=out["total_batch_size"], steps=out["gradient_accumulation_steps"])
+        )
+    lines.append(say("dtype", dtype=out["compute_dtype"], why=out["compute_dtype_from"]))
+    lines.append(
+        say(
+            "card",
+            gpu=translate(out["gpu"], lang),
+            capability=out["compute_capability"],
+            total=fmt(out["gpu_memory_bytes"]),
+            usable=fmt(out["usable_bytes"]),
+        )
+    )
+    lines.append(common("allocator", setting=translate(out["alloc_conf"], lang)))
+    lines += [say("assumed", what=a) for a in out["assumptions"]]
+    for name, r in out["phases"].items():
+        lines.append("")
+        key = "phase_fits" if r["fits"] else "phase_fails"
+        lines.append(
+            say(
+                key,
+                phase=name,
+                peak=fmt(r["peak_bytes"]),
+                reserved=fmt(r["reserved_bytes"]),
+                attention=r.get("attention") or common("attention_none"),
+            )
+        )
+        lines.append("  " + common("largest", size=fmt(r["largest_allocation_bytes"]), op=r["largest_allocation"]))
+        if not r["fits"] and r.get("failing_allocation_bytes") is not None:
+            lines.append(
+                "  "
+                + say(
+                    "fail_at",
+                    size=fmt(r["failing_allocation_bytes"]),
+                    op=r["failing_allocation"],
+                    allocated=fmt(r["allocated_at_failure_bytes"] or 0),
+                )
+            )
+        sep = common("list_sep")
+        parts = sep.join(
+            common("part", what=common(f"part_{k}") if f"part_{k}" in CHECK_TEXT else k, size=fmt(v))
+            for k, v in r["breakdown"].items()
+        )
+        lines.append("  " + common("at_peak", parts=parts))
+        if "max_batch_size" in r:
+            n = r["max_batch_size"]
+            lines.append("  " + (say("max_batch", n=n) if n else say("max_batch_none")))
+    lines.append("")
+    lines.append(say("footer"))
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""``oomguide check --nanochat``: the command line read as nanochat reads it, the prediction checked
+against nanochat's own code run for real on the CPU, bad input refused in one line.
+
+Needs a nanochat checkout: OOMGUIDE_NANOCHAT=PATH (CI passes the shared, unmodified one).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NANOCHAT = Path(os.environ.get("OOMGUIDE_NANOCHAT", "nanochat-checkout-not-given"))
+pytestmark = pytest.mark.skipif(
+    not (NANOCHAT / "nanochat" / "gpt.py").is_file(), reason="needs a nanochat checkout: OOMGUIDE_NANOCHAT=PATH"
+)
+
+SPEEDRUN = (
+    "torchrun --standalone --nproc_per_node=8 -m scripts.base_train -- --depth=24 "
+    "--target-param-data-ratio=8 --device-batch-size=16 --fp8 --run=$WANDB_RUN"
+)
+
+
+def test_speedrun_line_is_read_as_torchrun_and_base_train_read_it():
+    from oomguide.nanochat.command import parse_line, script_arguments
+
+    command = parse_line(SPEEDRUN)
+    assert (command.script, command.world_size, command.launcher) == ("base_train", 8, "torchrun")
+    args = script_arguments(NANOCHAT, command)
+    assert (args.depth, args.device_batch_size, args.fp8, args.run) == (24, 16, True, "$WANDB_RUN")
+    assert args.target_param_data_ratio == 8.0
+    assert args.max_seq_len == 2048 and args.eval_tokens == 80 * 524288  # defaults, arithmetic included
+
+
+def test_runcpu_line_with_continuations():
+    from oomguide.nanochat.command import parse_line, script_arguments
+
+    line = "python -m scripts.base_train \\\n    --depth=6 \\\n    --head-dim=64 \\\n    --window-pattern=L \\\n    --run=$WANDB_RUN"
+    command = parse_line(line)
+    assert (command.script, command.world_size) == ("base_train", 1)
+    args = script_arguments(NANOCHAT, command)
+    assert (args.depth, args.head_dim, args.window_pattern) == (6, 64, "L")
+
+
+def test_base_train_shape_and_total_batch_as_the_script_computes_them():
+    from oomguide.nanochat import code, plan
+    from oomguide.nanochat.command import parse_line, script_arguments
+
+    command = parse_line(SPEEDRUN)
+    args = script_arguments(NANOCHAT, command)
+    nanochat = code.load(NANOCHAT, "bfloat16")
+    p = plan.make_plan(nanochat, NANOCHAT, command, args, environ={})
+    # build_model_meta: 24 * 64 = 1536 = 12 heads of 128
+    assert (p.config["n_layer"], p.config["n_embd"], p.config["n_head"]) == (24, 1536, 12)
+    assert p.config["vocab_size"] == 32768  # tok_train.py's default
+    # the scaling law's total batch is a power of two, reached in whole micro-steps on 8 ranks
+    assert p.total_batch_size & (p.total_batch_size - 1) == 0
+    assert p.grad_accum == p.total_batch_size // (16 * 2048 * 8)
+    assert [s.name for s in p.phases] == ["train_step", "val_bpb", "core", "sample"]
+
+
+def test_the_script_environment_sets_expandable_segments():
+    from oomguide.nanochat.command import script_environ
+
+    assert script_environ(NANOCHAT, "base_train", {})["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"
+
+
+@pytest.mark.parametrize("pattern", ["L", "SSSL"])
+@pytest.mark.parametrize("kind", ["train", "bpb", "generate"])
+def test_prediction_agrees_with_nanochats_code_run_for_real_on_the_cpu(kind, pattern):
+    """nanochat at depth 2, sequence 64, float32 (its CPU dtype), its SDPA fallback: the same phase on
+    fake tensors and on real CPU tensors, counted by the same tracker."""
+    from oomguide.nanochat import code, phases
+
+    nanochat = code.load(NANOCHAT, "float32")
+    config = dict(sequence_len=64, vocab_size=512, n_layer=2, n_head=2, n_kv_head=2, n_embd=128, window_pattern=pattern)
+    setting = phases.Setting(tuple(sorted(config.items())), 1, (8, 6), False)
+    spec = {
+        "train": phases.PhaseSpec("train_step", "train", 4, 64, grad_accum=2),
+        "bpb": phases.PhaseSpec("val_bpb", "bpb", 4, 64),
+        "generate": phases.PhaseSpec("sample", "generate", 3, prompt=20, max_tokens=8, temperature=1.0, top_k=5),
+    }[kind]
+    fake, _ = phases.run(nanochat, setting, spec, spec.batch, None, fake=True)
+    real, _ = phases.run(nanochat, setting, spec, spec.batch, None, fake=False)
+    assert real.peak > 0
+    assert abs(fake.peak - real.peak) <= 0.01 * real.peak, (fake.peak, real.peak)
+    assert fake.breakdown() == real.breakdown()
+
+
+def test_weights_are_cast_per_layer_and_the_casts_are_seen():
+    """nanochat's Linear casts its fp32 weight to the activations' dtype in forward: each copy is a
+    tracked allocation, kept for backward (tagged weights)."""
+    from oomguide.nanochat import code, phases
+
+    nanochat = code.load(NANOCHAT, "bfloat16")
+    config = dict(sequence_len=64, vocab_size=512, n_layer=2, n_head=2, n_kv_head=2, n_embd=128, window_pattern="L")
+    setting = phases.Setting(tuple(sorted(config.items())), 1, (8, 6), False)
+    spec = phases.PhaseSpec("train_step", "train", 2, 64)
+    tracker, _ = phases.run(nanochat, setting, spec, 2, None)
+    casts = [e for e in tracker.trace.events if e[0] == "alloc" and getattr(e[3], "op", "") in ("_to_copy", "to")]
+    bf16_weights = [e for e in casts if e[3].dtype == "bfloat16" and tuple(e[3].shape) == (128, 128)]
+    assert len(bf16_weights) >= 2 * 4  # c_q, c_k, c_v, c_proj in each of 2 layers
+
+
+def _cli(*args, lang="en"):
+    return subprocess.run(
+        [sys.executable, "-m", "oomguide", "check", *args, "--lang", lang] if "--" not in args else
+        [sys.executable, "-m", "oomguide", "check", "--lang", lang, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--nanochat", "/nonexistent/nanochat", "--", "python", "-m", "scripts.base_train"], "no such directory"),
+        (["--nanochat", str(ROOT), "--", "python", "-m", "scripts.base_train"], "not a nanochat checkout"),
+        (["--nanochat", str(NANOCHAT), "--", "python", "-m", "scripts.tok_eval"], "not a nanochat script"),
+        (["--nanochat", str(NANOCHAT), "--", "python", "-m", "scripts.base_train", "--depth=abc"], "--depth"),
+        (["--nanochat", str(NANOCHAT)], "no command after --"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    done = _cli(*args)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and needle in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_json_fields_for_a_runcpu_line():
+    import json
+
+    done = _cli(
+        "--nanochat", str(NANOCHAT), "--gpu", "RTX 4090", "--json", "--",
+        "python", "-m", "scripts.base_train", "--depth=2", "--max-seq-len=128", "--device-batch-size=2",
+        "--total-batch-size=256", "--core-metric-every=-1", "--sample-every=-1",
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    train = out["phases"]["train_step"]
+    assert train["searched"] == "device_batch_size" and train["max_batch_size"] >= 2
+    for key in ("peak_bytes", "reserved_bytes", "fits", "breakdown"):
+        assert key in train
+    assert out["world_size"] == 1 and out["compute_dtype"] == "bfloat16"
+    assert any("torch.compile" in a for a in out["assumptions"])
+
+
+def test_explain_names_issue_443s_request_in_nanochats_terms():
+    """nanochat issue #443 (8 x H100 80GB, depth 20, device batch 32): 8.00 GiB is the (B·T, V) bfloat16
+    logits buffer (or its gradient) of the compiled model, B·T = 32 x 2048, V = 65536."""
+    from oomguide.explain.diagnosis import explain
+
+    text = (
+        '[rank3]:   File "/home/u/nanochat/scripts/base_train.py", line 403, in <module>\n'
+        "[rank3]:     loss.backward()\n"
+        "    buf706 = empty_strided_cuda((65536, 65536), (65536, 1), torch.bfloat16)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. \n"
+        "GPU has 79.19 GiB total, 6.68 GiB free, 72.48 GiB in use by this process.\n"
+    )
+    result = explain(text)
+    assert result.matched_by == "nanochat"
+    first = result.matches[0]
+    assert first["tensor"] == "nanochat_logits" and first["dtype"] == "bfloat16"
+    assert (first["batch_size"], first["block_size"], first["vocab_size"]) == (32, 2048, 65536)
+    assert all(m["shape"] == [65536, 65536] for m in result.matches)
+
+
+def test_explain_without_nanochat_frames_is_unchanged():
+    from oomguide.explain.diagnosis import explain
+
+    text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU has 79.19 GiB total, 6.68 GiB free, 72.48 GiB in use by this process.\n"
+    assert explain(text).matched_by == "search"
