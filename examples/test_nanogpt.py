@@ -13,6 +13,13 @@ Each run is checked from the outside (examples/nanogpt_run.py records it):
 - what each code change claims: Blocks recomputed in backward, the loss in chunks with no full
   logits, the stale logits gone before a later evaluation, the empty_cache() report before each
   evaluation, no GradScaler FutureWarning, the allocator setting in the environment;
+- the moments around the loop: AdamW's state appears in the first optimizer step, while every gradient
+  is alive (loaded before it when the run resumes); a resumed run loads out/ckpt.pt (which the same
+  config wrote from scratch first) with the map_location its train.py has, and what train.py still
+  holds of the checkpoint at the first forward;
+- sample.py (its code changes and `python sample.py ...` lines), on a checkpoint that a tiny run of
+  train.py wrote: the settings it ran with, the number and length of the samples, the context cropped
+  at block_size, where torch.load put the checkpoint, the same samples as stock sample.py;
 - the losses equal stock nanoGPT's (the same config lines on unmodified train.py and model.py) where a
   change claims to compute the same thing;
 - on CUDA, the measured peak against the prediction for the same patched model.py.
