@@ -106,8 +106,11 @@ def parse_command(text: str, env: dict[str, str] | None = None) -> tuple[str, li
 def speedrun_line(folder: Path, module: str) -> str:
     """The line of the checkout's runs/speedrun.sh that runs `module` (the reader's own line)."""
     text = (folder / "runs" / "speedrun.sh").read_text(encoding="utf-8")
-    found = [ln for ln in re.sub(r"\\\n", " ", text).splitlines()
-             if re.search(rf"-m\s+{re.escape(module)}(\s|$)", ln) and not ln.lstrip().startswith("#")]
+    found = [
+        ln
+        for ln in re.sub(r"\\\n", " ", text).splitlines()
+        if re.search(rf"-m\s+{re.escape(module)}(\s|$)", ln) and not ln.lstrip().startswith("#")
+    ]
     if len(found) != 1:
         raise ValueError(f"runs/speedrun.sh: {len(found)} lines run {module}, expected one")
     return found[0]
@@ -188,7 +191,9 @@ class Run:
         return self.rc == 0 and not self.record.get("error")
 
     def explain(self) -> str:
-        return f"{self.module} {' '.join(self.argv)} in {self.folder} exited {self.rc}:\n{self.output[-4000:]}"
+        return (
+            f"{self.module} {' '.join(self.argv)} in {self.folder} exited {self.rc}:\n{self.output[-4000:]}"
+        )
 
     def line(self, pattern: str) -> re.Match:
         """The first printed line that matches `pattern` (a regex), as a match."""
@@ -263,8 +268,13 @@ class NanoChat:
         return dest
 
     def env(self, base: Path, eager: bool = True) -> dict[str, str]:
-        env = dict(os.environ, NANOCHAT_BASE_DIR=str(base), WANDB_RUN="dummy", OMP_NUM_THREADS="1",
-                   PYTHONUNBUFFERED="1")
+        env = dict(
+            os.environ,
+            NANOCHAT_BASE_DIR=str(base),
+            WANDB_RUN="dummy",
+            OMP_NUM_THREADS="1",
+            PYTHONUNBUFFERED="1",
+        )
         env.pop("NANOCHAT_DTYPE", None)
         if eager:
             env["TORCHDYNAMO_DISABLE"] = "1"
@@ -284,8 +294,18 @@ class NanoChat:
             folder = self.copy("tok_train")
             start = time.perf_counter()
             proc = subprocess.run(
-                [sys.executable, "-m", "scripts.tok_train", "--max-chars=2000000", f"--vocab-size={TINY_VOCAB}"],
-                cwd=folder, env=self.env(shared), capture_output=True, text=True, timeout=300,
+                [
+                    sys.executable,
+                    "-m",
+                    "scripts.tok_train",
+                    "--max-chars=2000000",
+                    f"--vocab-size={TINY_VOCAB}",
+                ],
+                cwd=folder,
+                env=self.env(shared),
+                capture_output=True,
+                text=True,
+                timeout=300,
             )
             self.timings.append(("tok_train", time.perf_counter() - start))
             if proc.returncode:
@@ -328,10 +348,24 @@ class NanoChat:
         """
         return self._future(snippets=snippets, background=False, **kwargs).result()
 
-    def _future(self, snippets=(), command: str = "", extra=None, after: Run | None = None,
-                compiled: bool = False, placements=None, background: bool = False) -> Future:
-        key = (tuple(snippets), command, json.dumps(extra, sort_keys=True), id(after), compiled,
-               id(placements) if placements else None)
+    def _future(
+        self,
+        snippets=(),
+        command: str = "",
+        extra=None,
+        after: Run | None = None,
+        compiled: bool = False,
+        placements=None,
+        background: bool = False,
+    ) -> Future:
+        key = (
+            tuple(snippets),
+            command,
+            json.dumps(extra, sort_keys=True),
+            id(after),
+            compiled,
+            id(placements) if placements else None,
+        )
         with self._lock:
             future = self.runs.get(key)
         if future is not None:
@@ -368,14 +402,19 @@ class NanoChat:
         if module == "scripts.base_eval":  # one batch per split: --split-tokens is rounded to batches
             batch = int(flags(typed + scale).get("device-batch-size", 32))
             seq = json.loads(next((after.base / "base_checkpoints").glob("*/meta_*.json")).read_text())[
-                "model_config"]["sequence_len"]
-            scale = [a for a in scale if not a.startswith("--split-tokens=")] + [f"--split-tokens={batch * seq}"]
+                "model_config"
+            ]["sequence_len"]
+            scale = [a for a in scale if not a.startswith("--split-tokens=")] + [
+                f"--split-tokens={batch * seq}"
+            ]
         if module == "scripts.chat_sft":  # one batch per validation, at the batch inherited or typed
             meta = json.loads(next((after.base / "base_checkpoints").glob("*/meta_*.json")).read_text())
             given = flags(typed)
             batch = int(given.get("device-batch-size", meta["device_batch_size"]))
             seq = int(given.get("max-seq-len", meta["max_seq_len"]))
-            scale = [a for a in scale if not a.startswith("--eval-tokens=")] + [f"--eval-tokens={batch * seq}"]
+            scale = [a for a in scale if not a.startswith("--eval-tokens=")] + [
+                f"--eval-tokens={batch * seq}"
+            ]
         return {
             "folder": folder,
             "base": self.base_for(folder.name, after),
@@ -394,8 +433,14 @@ class NanoChat:
             cmd = [sys.executable, str(RUNNER), str(record), module, *argv]
         start = time.perf_counter()
         proc = subprocess.run(
-            cmd, cwd=folder, env=self.env(base, eager=not job["compiled"]), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, timeout=600, stdin=subprocess.DEVNULL,
+            cmd,
+            cwd=folder,
+            env=self.env(base, eager=not job["compiled"]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
         )
         seconds = time.perf_counter() - start
         with self._lock:

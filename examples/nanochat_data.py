@@ -87,7 +87,9 @@ def write_eval_bundle(base: Path, items: int = 6, seed: int = 1) -> Path:
         "language_modeling": lambda: {"context": sentence(rng), "continuation": sentence(rng)},
     }
     lines = ["icl_tasks:"]
-    meta = ["Eval Task,Task Category,Task Type,#shots,#datapoints,Random baseline,Centered Metric?,Description"]
+    meta = [
+        "Eval Task,Task Category,Task Type,#shots,#datapoints,Random baseline,Centered Metric?,Description"
+    ]
     for label, kind, name, shots in CORE_TASKS:
         with open(bundle / "eval_data" / name, "w", encoding="utf-8") as f:
             for _ in range(items):
@@ -128,7 +130,10 @@ def _mmlu(rng):
 
 def _gsm8k(rng):
     a, b = rng.randint(2, 9), rng.randint(2, 9)
-    return {"question": sentence(rng), "answer": f"{sentence(rng)} {a}*{b}=<<{a}*{b}={a * b}>>{a * b}.\n#### {a * b}"}
+    return {
+        "question": sentence(rng),
+        "answer": f"{sentence(rng)} {a}*{b}=<<{a}*{b}={a * b}>>{a * b}.\n#### {a * b}",
+    }
 
 
 TASK_DATA = [

@@ -54,8 +54,13 @@ def instrument(rec: dict) -> None:
 
     def cache(self, batch_size, num_heads, seq_len, head_dim, num_layers, *args, **kwargs):
         rec["kv_caches"].append(
-            {"batch_size": batch_size, "num_heads": num_heads, "seq_len": seq_len, "head_dim": head_dim,
-             "num_layers": num_layers}
+            {
+                "batch_size": batch_size,
+                "num_heads": num_heads,
+                "seq_len": seq_len,
+                "head_dim": head_dim,
+                "num_layers": num_layers,
+            }
         )
         return plain_cache(self, batch_size, num_heads, seq_len, head_dim, num_layers, *args, **kwargs)
 
@@ -64,8 +69,14 @@ def instrument(rec: dict) -> None:
 
 def main(argv: list[str]) -> int:
     record_path, module, *args = argv
-    rec = {"module": module, "argv": args, "forwards": [], "block_calls": {"training": 0, "other": 0},
-           "kv_caches": [], "error": None}
+    rec = {
+        "module": module,
+        "argv": args,
+        "forwards": [],
+        "block_calls": {"training": 0, "other": 0},
+        "kv_caches": [],
+        "error": None,
+    }
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.getcwd(), *(p for p in sys.path if os.path.abspath(p or ".") != here)]
     rc = 0

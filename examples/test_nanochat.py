@@ -33,7 +33,9 @@ from oomguide import placement
 ROOT = Path(__file__).resolve().parents[1]
 PLACEMENTS = placement.load()
 NANOCHAT = sorted(s for s, p in PLACEMENTS.items() if p.program == "nanochat")
-SHELL = {s: (ROOT / "snippets" / s).read_text(encoding="utf-8") for s in NANOCHAT if PLACEMENTS[s].kind == "shell"}
+SHELL = {
+    s: (ROOT / "snippets" / s).read_text(encoding="utf-8") for s in NANOCHAT if PLACEMENTS[s].kind == "shell"
+}
 BASE_TRAIN = sorted(s for s, text in SHELL.items() if parse_command(text)[0] == "scripts.base_train")
 CHECKPOINTED = "nanochat/checkpoint-blocks.py"
 SDPA_WINDOW_WARNING = "SDPA has no support for sliding window attention"
@@ -43,7 +45,12 @@ SDPA_WINDOW_WARNING = "SDPA has no support for sliding window attention"
 def nc(nanochat):
     """The runs every test here reads, started two at a time in the background."""
     nanochat.prepare()
-    jobs = [{}, *({"snippets": (s,)} for s in BASE_TRAIN), {"snippets": (CHECKPOINTED,)}, *compile_check(nanochat)]
+    jobs = [
+        {},
+        *({"snippets": (s,)} for s in BASE_TRAIN),
+        {"snippets": (CHECKPOINTED,)},
+        *compile_check(nanochat),
+    ]
     nanochat.prefetch(jobs)
     return nanochat
 
@@ -132,7 +139,9 @@ def test_speedrun_chat_sft_line_and_chat_cli(nc):
     stock = nc.run()
     sft = nc.run(command=speedrun_line(nc, "scripts.chat_sft"), after=stock)
     assert sft.ok, sft.explain()
-    assert sft.line(r"Inherited device_batch_size=(\d+) from pretrained checkpoint")[1] == str(stock.micro_batch[0])
+    assert sft.line(r"Inherited device_batch_size=(\d+) from pretrained checkpoint")[1] == str(
+        stock.micro_batch[0]
+    )
     assert sft.accumulation == stock.accumulation  # inherited: the same total and micro-batch
     # --num-iterations=2 counts batches drawn, so the first step's micro-steps end the run: one step
     assert len(sft.forwards(training=True, grad=True)) == sft.accumulation[1]
@@ -216,8 +225,10 @@ def test_checkpointed_blocks(nc, report):
     assert stock.record["block_calls"]["training"] == n_layer * train
     assert run.losses == stock.losses
     assert run.lines(r"Validation bpb: ([\d.]+)")[-1][1] == stock.lines(r"Validation bpb: ([\d.]+)")[-1][1]
-    report(f"nanochat {CHECKPOINTED}: {run.record['block_calls']['training']} Block calls in training "
-           f"(stock {stock.record['block_calls']['training']}), loss {run.losses[0]} = stock's")
+    report(
+        f"nanochat {CHECKPOINTED}: {run.record['block_calls']['training']} Block calls in training "
+        f"(stock {stock.record['block_calls']['training']}), loss {run.losses[0]} = stock's"
+    )
 
 
 def test_base_eval_batch(nc, report):
@@ -248,13 +259,31 @@ def test_sft_device_batch_size(nc, report):
     assert run.accumulation[0] == line.accumulation[0]
     assert run.accumulation[1] == line.accumulation[1] * line.micro_batch[0] // batch
     assert {tuple(f["shape"]) for f in run.forwards(training=True, grad=True)} == {run.micro_batch}
-    report(f"nanochat sft-device-batch-size.sh: accumulation {run.accumulation} (speedrun line {line.accumulation})")
+    report(
+        f"nanochat sft-device-batch-size.sh: accumulation {run.accumulation} (speedrun line {line.accumulation})"
+    )
+
+
+# the base_train lines, each run by test_base_train_snippet (with its claim in CLAIMS where it has one)
+BASE_TRAIN_LINES = (
+    "nanochat/core-metric-off.sh",
+    "nanochat/depth.sh",
+    "nanochat/device-batch-size.sh",
+    "nanochat/max-seq-len.sh",
+    "nanochat/window-pattern.sh",
+)
 
 
 def test_every_nanochat_snippet_is_run_here():
     """Each nanochat snippet is run by a test of this module (a new one needs its test)."""
-    ran = set(BASE_TRAIN) | {CHECKPOINTED, "nanochat/checkpoint-import.py", "nanochat/base-eval-batch.sh",
-                             "nanochat/sft-device-batch-size.sh"}
+    assert tuple(BASE_TRAIN) == BASE_TRAIN_LINES
+    ran = {
+        *BASE_TRAIN_LINES,
+        CHECKPOINTED,
+        "nanochat/checkpoint-import.py",
+        "nanochat/base-eval-batch.sh",
+        "nanochat/sft-device-batch-size.sh",
+    }
     assert set(NANOCHAT) == ran
 
 
@@ -274,7 +303,10 @@ def test_bad_nanochat_path_is_a_usage_error(tmp_path, bad):
         path.mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "examples/test_nanochat.py", "--co", "-q", "--nanochat", str(path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     errors = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 4, proc.stdout + proc.stderr

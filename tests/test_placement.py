@@ -6,7 +6,7 @@ import pytest
 
 from oomguide import placement
 
-GPT_PY = '''import torch
+GPT_PY = """import torch
 import torch.nn as nn
 
 
@@ -16,7 +16,7 @@ class GPT(nn.Module):
         for i, block in enumerate(self.transformer.h):
             x = block(x, ve, cos_sin, self.window_sizes[i], kv_cache)
         return x
-'''
+"""
 
 
 def test_nanochat_shell_and_files_are_nanochats():
