@@ -23,7 +23,10 @@ Used by the ``nanochat`` fixture (``pytest examples --nanochat PATH``, or ``OOMG
   2**19 / 32, nanochat's reference batch at d12), one training step (``--num-iterations=1``), one
   batch per validation (``--eval-tokens``), ``--device-type=cpu``. The schedule flags keep their
   meaning: at the defaults base_train evaluates before and after the step and, after it (its last
-  step), runs the CORE evaluation (on the stand-in tasks) and samples, as nanochat's last step does. ``--device-batch-size`` and
+  step), runs the CORE evaluation (on the stand-in tasks) and samples, as nanochat's last step does.
+  base_eval: ``--split-tokens`` one batch per split, ``--max-per-task=4``. chat_sft: one step (its
+  ``--num-iterations=2`` counts batches drawn), one batch per validation, ChatCORE off
+  (``--chatcore-every=-1``: its ARC/HumanEval data is not written here). chat_cli: as typed, on CPU. ``--device-batch-size`` and
   ``--window-pattern`` keep their typed values.
 - Runs are eager (``TORCHDYNAMO_DISABLE=1``, PyTorch's switch that turns ``torch.compile`` into a
   no-op), because the recording wraps methods from outside; ``compiled=True`` runs the script

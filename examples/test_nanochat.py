@@ -287,6 +287,28 @@ def test_every_nanochat_snippet_is_run_here():
     assert set(NANOCHAT) == ran
 
 
+def test_the_checks_have_teeth(nc):
+    """Each snippet's check fails on the speedrun's own line: it sees the snippet, not just a run."""
+    stock = nc.run()
+    for claim in CLAIMS.values():
+        with pytest.raises(AssertionError):
+            claim(stock, stock)
+    n_layer = stock.model_config["n_layer"]
+    assert stock.record["block_calls"]["training"] != 2 * n_layer * len(
+        stock.forwards(training=True, grad=True)
+    )
+    for relative in BASE_TRAIN_LINES:  # each line changes a setting the stock run prints otherwise
+        given = typed(relative)
+        changed = (
+            int(given.get("device-batch-size", 32)) != stock.micro_batch[0]
+            or int(given.get("max-seq-len", 2048)) // SEQ_SCALE != stock.micro_batch[1]
+            or given.get("window-pattern", "SSSL") != stock.model_config["window_pattern"]
+            or max(2, int(given.get("depth", 20)) // DEPTH_SCALE) != stock.model_config["n_layer"]
+            or relative in CLAIMS
+        )
+        assert changed, f"{relative} changes nothing that the checks would see"
+
+
 def test_a_wrong_placement_fails(nc):
     """The checks have teeth: the checkpointed line placed elsewhere is refused, or caught by its test."""
     source = (nc.source / "nanochat" / "gpt.py").read_text(encoding="utf-8")
