@@ -41,7 +41,8 @@ PLACEMENTS = placement.load()
 IN_TRAIN = sorted(
     s
     for s, p in PLACEMENTS.items()
-    if p.kind != "shell" or (p.file == "nanogpt" and starts_training(s) and not s.startswith("index/"))
+    if p.program == "nanogpt"
+    and (p.kind != "shell" or (starts_training(s) and not s.startswith("index/")))
 )
 
 CHUNKED_EVAL = "eval-oom-12gb/estimate_loss_chunked.py"
