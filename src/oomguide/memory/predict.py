@@ -213,6 +213,8 @@ def _train_step_tracked(train_state, get_batch, gas, grad_clip, tracker):
             return original(*a, **k)
         finally:
             tracker.tag_new, tracker.moment = None, "forward_backward"
+            if tracker._pending:  # a peak in the step: its picture while the gradients are still .grad
+                tracker._snapshot()
 
     opt.step = step
     try:
