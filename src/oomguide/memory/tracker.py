@@ -29,6 +29,7 @@ class Allocation:
     op: str
     shape: tuple
     dtype: str
+    moment: str | None = None  # the tracker's moment when it was made (forward_backward, optimizer_step...)
 
     def describe(self) -> str:
         return f"{self.op} -> {self.dtype}{list(self.shape)}"
@@ -246,7 +247,7 @@ class AllocationTracker(TorchDispatchMode):
             self._sweep()
             # named as the op CUDA runs: a CPU kernel may stand for it (kernels.cuda_names)
             op = cuda_op_name(str(func.overloadpacket.__name__))
-            alloc = Allocation(nbytes, op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
+            alloc = Allocation(nbytes, op, tuple(t.shape), str(t.dtype).replace("torch.", ""), self.moment)
             if self.budget is not None and self.failing is None and self.current + nbytes > self.budget:
                 self.failing = alloc
                 self.allocated_at_failure = self.current
