@@ -26,7 +26,8 @@ from .models import ModelSource, PredictionError, no_init
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
-PHASES = ("train_step", "estimate_loss", "resume", "sample")
+PHASES = ("train_step", "estimate_loss")  # the phases of training, at any batch size
+MOMENTS = ("resume", "sample")  # loading a checkpoint, sample.py (``moments``): no batch
 STATES = ("first", "training")
 
 # What `oomguide check` reports: resuming (init_from='resume': the checkpoint loaded), the first
@@ -273,11 +274,11 @@ def predict(
     Phases ``resume`` and ``sample`` (state "first") are ``moments``'; `sample` is sample.py's settings
     (``sample_config.SampleConfig``), `config` then the model it loads.
     """
-    if phase not in PHASES:
-        raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
+    if phase not in (*PHASES, *MOMENTS):
+        raise ValueError(f"unknown phase {phase!r} (known: {', '.join((*PHASES, *MOMENTS))})")
     if state not in STATES:
         raise ValueError(f"unknown state {state!r}")
-    if phase in ("resume", "sample") and state != "first":
+    if phase in MOMENTS and state != "first":
         raise ValueError(f"phase {phase!r} has no state before it: state='first'")
     if phase == "sample" and sample is None:
         raise ValueError("phase 'sample' needs sample.py's settings (sample=)")
@@ -309,7 +310,7 @@ def _family(config: TrainConfig, phase: str, run: dict) -> str | None:
     where a run may change with the batch size otherwise than in sizes: a reader's model, real
     tensors, estimate_loss in chunks of eval_batch_size (as many chunks as the batch size needs)."""
     source = run["source"]
-    if phase in ("resume", "sample"):
+    if phase in MOMENTS:
         return None  # no batch
     if not run["fake"] or source.path is not None or source.gpt_class is not GPT:
         return None
