@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -251,7 +252,9 @@ def test_sample_reads_sample_py_keys(tmp_path, monkeypatch, capsys):
     _, out = _check(capsys, "--sample", str(tmp_path / "mine.py"), "--no-search")
     assert out["sample"]["num_samples"] == 3 and out["checkpoint"]["read_by"] == "sample.py"
     breakdown = out["phases"]["sample"]["breakdown"]
-    config = load_config([tmp_path / "mine.py"], [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # num_samples, max_new_tokens: not train.py's keys
+        config = load_config([tmp_path / "mine.py"], [])
     assert breakdown["checkpoint"] >= 3 * _param_bytes(config)  # weights and AdamW's exp_avg, exp_avg_sq
 
 
@@ -351,3 +354,13 @@ def test_sample_peak_against_nanogpt_generate_on_the_cpu(tmp_path, monkeypatch):
     # CPU multinomial's float64 cumulative distribution over the vocabulary
     workspace = 8 * g.vocab_size
     assert abs(above + workspace - measured) <= 512 * 8, (above, measured)
+
+
+def test_resume_on_several_processes_is_each_ranks_own_load(capsys):
+    """torchrun: every rank loads the checkpoint onto its own card before DDP wraps the model, so the
+    resume moment is one GPU's on each; the output says what the later phases leave out."""
+    args = ["--no-search", "--nproc-per-node", "2", *_sets([*TINY, "init_from=resume"])]
+    _, out = _check(capsys, *args)
+    _, single = _check(capsys, "--no-search", *_sets([*TINY, "init_from=resume"]))
+    assert out["phases"]["resume"]["peak_bytes"] == single["phases"]["resume"]["peak_bytes"]
+    assert any("each rank's resume is predicted as one GPU's" in n for n in out["warnings"])

@@ -142,6 +142,11 @@ MESSAGES: tuple[str, ...] = (
     N_("eval_only=True: train.py stops after the first estimate_loss(); nothing else runs"),
     N_("not run by this config (eval_only): {phases}"),
     N_("not run by this config: {phases}"),
+    N_(
+        "several processes: each rank's resume is predicted as one GPU's (train.py loads the "
+        "checkpoint before DDP wraps the model); the phases after it leave out the saved weights "
+        "that train.py's state_dict keeps on each card"
+    ),
     N_("{folder} has no model.py: predicted with nanoGPT's GPT"),
     N_("{where}: {key} is not a nanoGPT train.py setting; oomguide ignores it"),
     N_("{where}: skipped (not a plain assignment): {line}"),

@@ -84,7 +84,11 @@ class Run:
             "state": memory.CHECKS[name][1],
             "stale_logits": self.stale_logits,
             **({"compiled": True} if self.compiled else {}),
-            **({"checkpoint_on_card": False} if not self.checkpoint_on_card else {}),
+            **(
+                {"checkpoint_on_card": False}
+                if not self.checkpoint_on_card and (self.parallel.single or name == "resume")
+                else {}
+            ),
             **({"sample": self.sample} if name == "sample" else {}),
         }
 
@@ -192,6 +196,12 @@ def prepare(request: Request) -> Run:
             )
             config = config.replace(grad_checkpoint=False)
     run = memory.checks_run(config, sample=sample is not None)
+    if "resume" in run and not parallel.single:
+        notes.append(
+            "several processes: each rank's resume is predicted as one GPU's (train.py loads the "
+            "checkpoint before DDP wraps the model); the phases after it leave out the saved weights "
+            "that train.py's state_dict keeps on each card"
+        )
     if sample is None and config.eval_only and "train_step" not in run:
         notes.append("eval_only=True: train.py stops after the first estimate_loss(); nothing else runs")
     phases = [name for name in run if not request.phases or name in request.phases]
@@ -370,6 +380,7 @@ def verdict(request: Request | Run, progress=None, prefetch: bool = False) -> di
         "phases": {},
     }
     predictor = run.predictor()
+    single = functools.partial(memory.predict, alloc_conf=card.alloc_conf, capability=card.gpu.capability)
     if not parallel.single:
         from .memory import distributed
 
@@ -387,7 +398,9 @@ def verdict(request: Request | Run, progress=None, prefetch: bool = False) -> di
     for name in run.phases:
         phase, state = memory.CHECKS[name]
         options = run.options(name)
-        result = predictor(config, phase, card.total_memory, source=source, **options)
+        # each rank resumes before train.py wraps the model (DDP): the one-GPU moment, on its card
+        call = single if name == "resume" else predictor
+        result = call(config, phase, card.total_memory, source=source, **options)
         entry = {"check": name, "state": state, **result.to_json()}
         if name == "sample":
             if search:
