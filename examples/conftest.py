@@ -54,6 +54,13 @@ def pytest_addoption(parser):
         "as its page places it, and its own train.py is run (never modified in place)",
     )
     group.addoption(
+        "--nanochat",
+        default=os.environ.get("OOMGUIDE_NANOCHAT") or None,
+        metavar="PATH",
+        help="a nanochat checkout (or OOMGUIDE_NANOCHAT=PATH): its own scripts run on a copy of it, tiny, on "
+        "the CPU, with every nanochat snippet applied as its page places it (never modified in place)",
+    )
+    group.addoption(
         "--update-figures",
         action="store_true",
         help="write the figures the examples compute into examples/figures.json instead of checking them",
@@ -68,6 +75,14 @@ def pytest_configure(config):
         try:
             config._oomguide_nanogpt = check_checkout(path)
         except CheckoutError as err:
+            raise pytest.UsageError(str(err)) from None
+    path = config.getoption("--nanochat", default=None)
+    if path:
+        import nanochat_checkout
+
+        try:
+            config._oomguide_nanochat = nanochat_checkout.check_checkout(path)
+        except nanochat_checkout.CheckoutError as err:
             raise pytest.UsageError(str(err)) from None
 
 
@@ -330,6 +345,30 @@ def nanogpt(request, tmp_path_factory):
     )
     yield checkout
     checkout.close()
+
+
+NANOCHAT_MISSING = (
+    "needs a nanochat checkout: pytest examples --nanochat PATH (or OOMGUIDE_NANOCHAT=PATH); "
+    "CI passes --nanochat ../shared/nanochat"
+)
+
+
+@pytest.fixture(scope="session")
+def nanochat(request, tmp_path_factory):
+    """The reader's nanochat (``--nanochat PATH``): its own scripts run on copies, tiny, on the CPU,
+    with snippets applied as placed (examples/nanochat_checkout.py: ``nanochat.run(*snippets,
+    command=..., extra=..., after=..., compiled=...)`` -> a ``Run``). Without a checkout the tests
+    that need one skip, naming the option. The summary lists how long each script ran."""
+    source = getattr(request.config, "_oomguide_nanochat", None)
+    if source is None:
+        pytest.skip(NANOCHAT_MISSING)
+    from nanochat_checkout import NanoChat
+
+    checkout = NanoChat(source, tmp_path_factory.mktemp("nanochat"))
+    yield checkout
+    checkout.close()
+    for label, seconds in checkout.timings:
+        _LINES.append(f"nanochat {label}: {seconds:.1f} s")
 
 
 @pytest.fixture

@@ -48,16 +48,19 @@ PLACEMENTS = placement.load()
 IN_TRAIN = sorted(
     s
     for s, p in PLACEMENTS.items()
-    if (p.kind != "shell" and p.file != "sample.py")
-    or (p.file == "nanogpt" and starts_training(s) and not s.startswith("index/"))
+    if p.program == "nanogpt"
+    and (
+        (p.kind != "shell" and p.file != "sample.py")
+        or (p.kind == "shell" and starts_training(s) and not s.startswith("index/"))
+    )
 )
 # run with nanoGPT's sample.py, on a checkpoint that its train.py wrote: the code changes to
 # sample.py and the shell lines that start it
 IN_SAMPLE = sorted(
     s
     for s, p in PLACEMENTS.items()
-    if (p.is_code and p.file == "sample.py")
-    or (p.kind == "shell" and p.file == "nanogpt" and starts_sampling(s))
+    if p.program == "nanogpt"
+    and ((p.is_code and p.file == "sample.py") or (p.kind == "shell" and starts_sampling(s)))
 )
 
 CHUNKED_EVAL = "eval-oom-12gb/estimate_loss_chunked.py"

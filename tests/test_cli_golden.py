@@ -55,6 +55,8 @@ EXPLAIN_CASES: list[tuple[str, str, tuple[str, ...]]] = [
         "gpt2-xl-24GB-no-predict",
         ("--set", "init_from=gpt2-xl", "--set", "batch_size=1", "--gpu-memory", "24GB", "--no-predict"),
     ),
+    # a resumed run's checkpoint on the card, named from the prediction (the message has no traceback)
+    ("nanogpt236-resume-pre2.1", "resume-124m", ("--set", "init_from=resume", "--set", "batch_size=8")),
 ]
 
 # check: (variant name, arguments)
@@ -68,6 +70,10 @@ CHECK_CASES: list[tuple[str, tuple[str, ...]]] = [
     # (situation.py + recommended.py is left out: with eval_batch_size its batch search runs
     # thousands of chunked forwards, minutes on a shared 2-core machine)
     ("beyond-four-gb", ("snippets/beyond/four-gb-config.py", "--gpu-memory", "4GiB")),
+    # resuming: the checkpoint on the card, then the phases with AdamW's state from it
+    ("estimate-loss-situation-resume", (ESTIMATE_LOSS_SITUATION, "--set", "init_from=resume", "--no-search")),
+    # sample.py: its own keys; the largest max_new_tokens
+    ("sample-gpt2-xl-12GiB", ("--sample", "--set", "init_from=gpt2-xl", "--gpu-memory", "12GiB")),
     # two ranks under DDP: the lines only several processes print (one phase, no search: seconds)
     (
         "beyond-four-gb-ddp2-train-step",

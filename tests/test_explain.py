@@ -187,7 +187,7 @@ def test_394_mib_is_the_float32_copy_at_batch_2(capsys, message_file):
     ]
     prediction = data["prediction"]
     assert prediction["gpu_memory_bytes"] == data["figures"]["capacity_bytes"]
-    assert set(prediction["phases"]) == {"estimate_loss_first", "train_step", "estimate_loss"}
+    assert set(prediction["phases"]) == {"estimate_loss_first", "first_step", "train_step", "estimate_loss"}
     for phase in prediction["phases"].values():
         assert phase["peak_bytes"] > 0 and phase["fits"] in (True, False)
         assert phase["fits"] or phase["failing_allocation_bytes"] > 0

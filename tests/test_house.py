@@ -99,6 +99,9 @@ SHARED_NANOGPT_USES = {  # the files that implement or document that default, an
     "examples/test_multi_gpu.py",
     "examples/test_nanogpt.py",
 }
+SHARED_NANOCHAT = "/".join(("..", "shared", "nanochat"))  # the nanochat checkout CI runs examples/ against
+SHARED_NANOCHAT_USES = {".ci/run", "CONTRIBUTING.md", "examples/conftest.py", "examples/test_nanochat.py"}
+SHARED_CHECKOUTS = {SHARED_NANOGPT: SHARED_NANOGPT_USES, SHARED_NANOCHAT: SHARED_NANOCHAT_USES}
 
 
 def outside_references(name: str, text: str) -> list[str]:
@@ -107,7 +110,7 @@ def outside_references(name: str, text: str) -> list[str]:
     for lineno, line in enumerate(text.splitlines(), 1):
         found += [f"{name}:{lineno}: {m.group(0)!r} (fact numbers)" for m in CITATION.finditer(line)]
         for m in SHARED_PATH.finditer(line):
-            if m.group(0) != SHARED_NANOGPT or name not in SHARED_NANOGPT_USES:
+            if name not in SHARED_CHECKOUTS.get(m.group(0), ()):
                 found.append(f"{name}:{lineno}: {m.group(0)!r} (a path outside the repository)")
     return found
 
@@ -146,6 +149,9 @@ def test_the_citation_finder_finds_what_leads_outside():
     assert outside_references("src/oomguide/cli.py", f"default {SHARED_NANOGPT}")  # not a listed use
     assert not outside_references("tests/test_browser.py", f"ARTI{NOTES} = ROOT / 'test-artifacts'")
     assert not outside_references(".ci/run", f"if [ -d {SHARED_NANOGPT} ]; then")
+    assert not outside_references("examples/test_nanochat.py", f"CI: {SHARED_NANOCHAT}")
+    assert outside_references("examples/test_nanogpt.py", f"CI: {SHARED_NANOCHAT}")  # not a listed use
+    assert outside_references("examples/conftest.py", SHARED_NANOCHAT + "/nanochat/gpt.py")
     assert not outside_references("docs/en/index.md", "nanoGPT's facts, shared by the languages")
 
 
@@ -164,7 +170,7 @@ def test_nothing_cites_outside_the_repository():
     (``..``) or under /work.
 
     One use is allowed, narrowly: ``SHARED_NANOGPT``, the nanoGPT checkout that CI runs the examples
-    against. It is a directory the tests run, not a citation, so it passes as that exact path (a
+    against (and ``SHARED_NANOCHAT``, nanochat's, in ``SHARED_NANOCHAT_USES``, the same way). It is a directory the tests run, not a citation, so it passes as that exact path (a
     file inside it does not) and only in ``SHARED_NANOGPT_USES``: ``.ci/run`` sets OOMGUIDE_NANOGPT
     from it, examples/conftest.py, test_nanogpt.py and test_multi_gpu.py name it as the default or in
     their skip message, and CONTRIBUTING.md documents it.
@@ -182,7 +188,6 @@ def test_every_allowed_use_of_the_shared_checkout_is_still_there():
     """The allowance stays narrow: a file in SHARED_NANOGPT_USES that no longer names the checkout
     leaves the list."""
     texts = tracked_text_files()
-    unused = sorted(name for name in SHARED_NANOGPT_USES if SHARED_NANOGPT not in texts.get(name, ""))
-    assert not unused, (
-        f"{', '.join(unused)} no longer name(s) {SHARED_NANOGPT}: remove from SHARED_NANOGPT_USES"
-    )
+    for checkout, uses in SHARED_CHECKOUTS.items():
+        unused = sorted(name for name in uses if checkout not in texts.get(name, ""))
+        assert not unused, f"{', '.join(unused)} no longer name(s) {checkout}: remove it from its uses"

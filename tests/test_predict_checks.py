@@ -355,7 +355,7 @@ def test_two_evaluation_phases_in_the_json(capsys):
     object per phase, the later one larger by exactly the AdamW state and one logits tensor."""
     assert main(["check", "--json", "--no-search", *sum((["--set", a] for a in TINY), [])]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data["phases"]) == ["estimate_loss_first", "train_step", "estimate_loss"]
+    assert list(data["phases"]) == ["estimate_loss_first", "first_step", "train_step", "estimate_loss"]
     first, later = data["phases"]["estimate_loss_first"], data["phases"]["estimate_loss"]
     assert (first["state"], later["state"]) == ("first", "training")
     assert first["breakdown"]["optimizer_state"] == 0 < later["breakdown"]["optimizer_state"]

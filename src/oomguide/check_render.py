@@ -72,7 +72,12 @@ TEXT: dict[str, str] = {
     "estimate_loss_first_resume": N_(
         "first estimate_loss() after resuming (AdamW state from the checkpoint)"
     ),
+    "resume": N_(
+        "resuming (init_from='resume': the checkpoint loaded, the model and AdamW's state restored)"
+    ),
+    "first_step": N_("first train step (AdamW's state created in optimizer.step())"),
     "train_step": N_("train step"),
+    "sample": N_("sample.py (generate(), batch 1, no KV cache)"),
     "estimate_loss": N_("later estimate_loss() (AdamW state and the last training logits alive)"),
     "phase_fits": N_("{phase}: predicted peak {peak} allocated -> fits (attention: {attention})"),
     "phase_fails": N_("{phase}: predicted peak {peak} allocated -> DOES NOT FIT (attention: {attention})"),
@@ -106,6 +111,34 @@ TEXT: dict[str, str] = {
     "part_activations": N_("activations"),
     "part_logits_and_loss": N_("logits and loss"),
     "part_ddp_buckets": N_("ddp buckets"),
+    "part_checkpoint": N_("checkpoint"),
+    # where in a phase the peak and the failure come
+    "peak_moment": N_("the peak comes in {moment}"),
+    "failing_moment": N_("it fails in {moment}"),
+    "moment_forward_backward": N_("the forward and backward passes"),
+    "moment_optimizer_step": N_("optimizer.step()"),
+    "moment_torch_load": N_("torch.load() (the checkpoint onto the card)"),
+    "moment_model_to_device": N_("model.to(device)"),
+    "moment_optimizer_load_state_dict": N_("optimizer.load_state_dict()"),
+    "moment_generate": N_("generate()"),
+    # a resumed run's checkpoint, sample.py's settings and its search
+    "checkpoint_train_card": N_(
+        "checkpoint: train.py loads it onto the card (torch.load(ckpt_path, map_location=device)); "
+        "AdamW's state is shared with it, and its saved weights stay there for the whole run "
+        "(train.py's state_dict)"
+    ),
+    "checkpoint_sample_card": N_(
+        "checkpoint: sample.py loads it onto the card (torch.load(ckpt_path, map_location=device)), "
+        "AdamW's state with it, and keeps it for the whole run (its checkpoint variable)"
+    ),
+    "checkpoint_cpu": N_("checkpoint: {script} loads it to the CPU (map_location='cpu'): not on the card"),
+    "config_sample": N_("sample.py: {settings}"),
+    "max_new_tokens": N_(
+        "largest max_new_tokens that fits: {n} (num_samples does not change the peak: the samples "
+        "run one after the other)"
+    ),
+    "max_new_tokens_none": N_("not even max_new_tokens=1 fits"),
+    "max_new_tokens_note": N_("largest max_new_tokens: {note}"),
     "max_batch_note": N_("largest batch_size: {note}"),
     "max_batch": N_("largest batch_size that fits: {n}"),
     "max_batch_none": N_("not even batch_size=1 fits"),
@@ -201,7 +234,26 @@ def render(out: dict, config, lang: str = "en") -> str:
         + (f" eval_batch_size={config.eval_batch_size}" if config.eval_batch_size else "")
         + (f" init_from={config.init_from}" if config.init_from != "scratch" else "")
     )
-    lines.append(say("config", settings=settings))
+    sample = out.get("sample")
+    if sample is not None:
+        settings = (
+            f"init_from={sample['init_from']} num_samples={sample['num_samples']} "
+            f"max_new_tokens={sample['max_new_tokens']} prompt_tokens={sample['prompt_tokens']} "
+            f"longest_context={sample['longest_context']} block_size={shape['block_size']} "
+            f"n_layer={shape['n_layer']} n_head={shape['n_head']} n_embd={shape['n_embd']} "
+            f"dtype={sample['dtype']} compile={sample['compile']}"
+        )
+        lines.append(say("config_sample", settings=settings))
+        lines.append(say("note", note=translate(sample["prompt_from"], lang)))
+    else:
+        lines.append(say("config", settings=settings))
+    checkpoint = out.get("checkpoint")
+    if checkpoint is not None:
+        script = checkpoint["read_by"]
+        if not checkpoint["on_card"]:
+            lines.append(say("checkpoint_cpu", script=script))
+        else:
+            lines.append(say("checkpoint_sample_card" if script == "sample.py" else "checkpoint_train_card"))
     lines.append(say("vocab", vocab=shape["vocab_size"], source=translate(out["vocab_from"], lang)))
     code = out["code"]
     changes = [
@@ -266,12 +318,27 @@ def render(out: dict, config, lang: str = "en") -> str:
                     reserved=fmt(at_reserved) if at_reserved is not None else "",
                 )
             )
+        moments = (
+            (("peak_moment", r.get("peak_moment")), ("failing_moment", r.get("failing_moment")))
+            if name in ("resume", "first_step", "sample")
+            else ()
+        )
+        for key, moment in moments:
+            if moment:
+                lines.append("  " + say(key, moment=say(f"moment_{moment}")))
         parts = sep.join(
             say("part", what=say(f"part_{k}") if f"part_{k}" in TEXT else k.replace("_", " "), size=fmt(v))
             for k, v in r["breakdown"].items()
         )
         lines.append("  " + say("at_peak", parts=parts))
-        if r.get("max_batch_size_note"):
+        if r.get("searched") == "max_new_tokens":
+            if r.get("max_batch_size_note"):
+                note = translate(r["max_batch_size_note"], lang)
+                lines.append("  " + say("max_new_tokens_note", note=note))
+            elif "max_batch_size" in r:
+                mnt = r["max_batch_size"]
+                lines.append("  " + (say("max_new_tokens", n=mnt) if mnt else say("max_new_tokens_none")))
+        elif r.get("max_batch_size_note"):
             lines.append("  " + say("max_batch_note", note=translate(r["max_batch_size_note"], lang)))
         elif "max_batch_size" in r:
             mbs = r["max_batch_size"]

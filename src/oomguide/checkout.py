@@ -59,6 +59,10 @@ class Code:
     model_path: Path | None = None
     command_line_keys: frozenset | None = None  # what train.py accepts as --key=value (None: unknown)
     notes: tuple = field(default=())
+    # torch.load(ckpt_path, map_location='cpu') (run-moments.md#resume, #sample): the checkpoint is not
+    # put on the card; nanoGPT's map_location=device puts it there
+    resume_to_cpu: bool = False  # train.py's init_from='resume'
+    sample_to_cpu: bool = False  # sample.py's init_from='resume'
 
     @property
     def grad_checkpoint(self) -> bool:
@@ -150,6 +154,24 @@ def command_line_keys(tree: ast.Module) -> frozenset | None:
     return None  # no configurator: unknown
 
 
+def loads_to_cpu(tree: ast.Module) -> bool:
+    """Whether the file's ``torch.load`` of the checkpoint maps it to the CPU (``map_location='cpu'``,
+    or ``torch.device('cpu')``) rather than to the training device (nanoGPT's ``map_location=device``)."""
+    for node in ast.walk(tree):
+        if not (_calls(node, "load") and isinstance(node.func, ast.Attribute)):
+            continue
+        if not (isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"):
+            continue
+        for kw in node.keywords:
+            if kw.arg != "map_location":
+                continue
+            value = kw.value
+            if isinstance(value, ast.Call) and _calls(value, "device") and value.args:
+                value = value.args[0]
+            return isinstance(value, ast.Constant) and value.value == "cpu"
+    return False
+
+
 def model_fingerprint(tree: ast.Module) -> str:
     """A short digest of model.py's code (its syntax tree: comments, docstrings and layout left out)."""
     for node in ast.walk(tree):
@@ -180,6 +202,7 @@ def read(path: str | Path) -> Code:
     model_file = folder / "model.py"
     kind = model_kind(model_file) if model_file.is_file() else "nanogpt"
     notes = []
+    sample = folder / "sample.py"
     if not model_file.is_file():
         notes.append(f"{folder} has no model.py: predicted with nanoGPT's GPT")
     return Code(
@@ -192,6 +215,8 @@ def read(path: str | Path) -> Code:
         model_path=model_file if kind == "own" else None,
         command_line_keys=command_line_keys(tree),
         notes=tuple(notes),
+        resume_to_cpu=loads_to_cpu(tree),
+        sample_to_cpu=sample.is_file() and loads_to_cpu(_parse(sample)),
     )
 
 

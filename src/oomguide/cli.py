@@ -175,8 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--phase",
         choices=list(memory.CHECKS),
         action="append",
-        help="only this phase (repeatable): the first estimate_loss() at iteration 0, a train step, "
-        "or a later estimate_loss() during training",
+        help="only this phase (repeatable): resuming from a checkpoint, the first estimate_loss() at "
+        "iteration 0, the first step (AdamW's state created), a train step, a later estimate_loss(), "
+        "or sample.py (with --sample)",
+    )
+    check.add_argument(
+        "--sample",
+        action="store_true",
+        help="predict sample.py instead of train.py: CONFIG files and --set take sample.py's keys "
+        "(num_samples, max_new_tokens, start, init_from, out_dir, dtype, compile, ...)",
     )
     check.add_argument("--no-search", action="store_true", help="skip the search for the largest batch_size")
     check.add_argument("--json", action="store_true", help="print one JSON object")
@@ -241,6 +248,7 @@ def request_of(args):
         gradient_as_bucket_view=args.gradient_as_bucket_view,
         phases=args.phase,
         search=not args.no_search,
+        sample=args.sample,
     )
 
 

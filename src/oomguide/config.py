@@ -224,15 +224,17 @@ def _evaluate(node: ast.AST, known: dict):
     raise ValueError(ast.unparse(node))
 
 
-def _set(values: dict, key: str, value, where: str) -> None:
-    """Assign with nanoGPT configurator's type check: the value keeps the default's type."""
-    if key not in DEFAULTS:
+def _set(values: dict, key: str, value, where: str, defaults: dict | None = None) -> None:
+    """Assign with nanoGPT configurator's type check: the value keeps the default's type
+    (`defaults`: the script's globals, train.py's by default)."""
+    defaults = DEFAULTS if defaults is None else defaults
+    if key not in defaults:
         warnings.warn(
             f"{where}: {key!r} is not a nanoGPT train.py setting; oomguide ignores it", stacklevel=3
         )
         values[key] = value
         return
-    default = DEFAULTS[key]
+    default = defaults[key]
     if (
         default is not None
         and not isinstance(default, bool)
@@ -253,8 +255,9 @@ def _set(values: dict, key: str, value, where: str) -> None:
     values[key] = value
 
 
-def read_config_file(path: str | Path, values: dict) -> list[str]:
-    """Apply the assignments of one nanoGPT config file to `values` (in place); returns the keys set."""
+def read_config_file(path: str | Path, values: dict, defaults: dict | None = None) -> list[str]:
+    """Apply the assignments of one nanoGPT config file to `values` (in place); returns the keys set.
+    `defaults`: the globals of the script that executes it (train.py's by default; sample.py's)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -308,7 +311,7 @@ def read_config_file(path: str | Path, values: dict) -> list[str]:
             )
             continue
         for key in targets:
-            _set(values, key, value, where)
+            _set(values, key, value, where, defaults)
             assigned.append(key)
     return assigned
 

@@ -97,6 +97,13 @@ MESSAGES: tuple[str, ...] = (
     N_("--strategy {strategy} needs several processes: add --nproc-per-node N (N > 1)"),
     N_("--gradient-as-bucket-view is a DDP setting: use it with --strategy ddp"),
     N_("eval_block_size {eval_block} is longer than block_size {block}: the run stops there"),
+    N_("--sample predicts sample.py, one process: leave out --nproc-per-node"),
+    # TRANSLATORS: errors: sample.py's settings (sample_config.py), read for check --sample.
+    # Each {placeholder} is the library's value: keep them all.
+    N_("sample.py would stop on --{key}: 'Unknown config key' (not a global of sample.py)"),
+    N_("init_from must be 'resume' or one of {choices} for sample.py, got {value}"),
+    N_("device={device}: sample.py runs on the CPU there, not on a card"),
+    N_("start={start}: no file {file} in {places}"),
     # TRANSLATORS: errors: explain's input (explain/command.py).
     # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
     # key, a figure), put back unchanged: keep them all.
@@ -134,11 +141,26 @@ MESSAGES: tuple[str, ...] = (
     N_("train.py would stop on --{key}: 'Unknown config key' (not a global of its train.py)"),
     N_("eval_only=True: train.py stops after the first estimate_loss(); nothing else runs"),
     N_("not run by this config (eval_only): {phases}"),
+    N_("not run by this config: {phases}"),
+    N_(
+        "several processes: each rank's resume is predicted as one GPU's (train.py loads the "
+        "checkpoint before DDP wraps the model); the phases after it leave out the saved weights "
+        "that train.py's state_dict keeps on each card"
+    ),
     N_("{folder} has no model.py: predicted with nanoGPT's GPT"),
     N_("{where}: {key} is not a nanoGPT train.py setting; oomguide ignores it"),
     N_("{where}: skipped (not a plain assignment): {line}"),
     N_("{where}: skipped {names} = {expr} (not a literal)"),
     N_("does not depend on batch_size: estimate_loss() forwards eval_batch_size = {n} sequences at a time"),
+    N_("does not depend on batch_size: the checkpoint, the weights and AdamW's state only"),
+    # TRANSLATORS: check --sample: the prompt's length, and the largest max_new_tokens
+    N_("start={start}: 1 token"),
+    N_("start: {n} tokens (GPT-2's encoding)"),
+    N_("start: at most {n} tokens (one per byte; tiktoken not available to count them)"),
+    N_(
+        "every max_new_tokens fits: generate() crops the context at block_size ({block} tokens) "
+        "from max_new_tokens = {n} on"
+    ),
 )
 
 

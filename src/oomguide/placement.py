@@ -10,9 +10,11 @@ hook turns it into the "where this goes" line next to the snippet, in the page's
 Kinds of placement (one per table):
 
 * ``config = "config/train_mine.py"``: lines of a nanoGPT config file.
-* ``shell = "nanogpt"`` or ``"oomguide"``: commands typed in a shell, in a checkout of either.
+* ``shell = "nanogpt"``, ``"nanochat"`` or ``"oomguide"``: commands typed in a shell, in a checkout of
+  one of them (a nanochat line such as ``torchrun … -m scripts.base_train -- --depth=24 …``).
 * ``env = true``: an environment setting, in the shell that starts ``python train.py``, before it.
-* ``file = "train.py"``, ``"model.py"`` or ``"sample.py"`` (nanoGPT's files) with one of
+* ``file = "train.py"``, ``"model.py"`` or ``"sample.py"`` (nanoGPT), or a file of nanochat
+  (``"nanochat/gpt.py"``, ``"scripts/base_train.py"`` …), with one of
   - ``replace = "estimate_loss"`` (a function) or ``"GPT.forward"`` (a method): the snippet's
     ``def`` of that name replaces it; the snippet's other lines (imports, helpers, constants) go
     just before the top-level statement that holds the target (the function itself, or ``class GPT``);
@@ -41,7 +43,9 @@ SNIPPETS = ROOT / "snippets"
 DATA = SNIPPETS / "placement.toml"
 
 LINE_KINDS = ("replace_line", "before", "after")
-FILES = ("train.py", "model.py", "sample.py")  # the nanoGPT files a code snippet goes into
+SHELLS = ("nanogpt", "nanochat", "oomguide")
+NANOCHAT_FOLDERS = ("nanochat/", "scripts/", "tasks/", "runs/")  # a file there is nanochat's
+NANOGPT_FILES = ("train.py", "model.py", "sample.py")  # the nanoGPT files a code snippet goes into
 
 
 class PlacementError(ValueError):
@@ -60,6 +64,16 @@ class Placement:
     @property
     def is_code(self) -> bool:
         return self.kind in ("replace", *LINE_KINDS)
+
+    @property
+    def program(self) -> str:
+        """The checkout it goes into: "nanochat" (its shell, or a file under nanochat's folders),
+        "oomguide" (a shell in oomguide), else "nanogpt"."""
+        if self.kind == "shell":
+            return self.file
+        if self.is_code and self.file.startswith(NANOCHAT_FOLDERS):
+            return "nanochat"
+        return "nanogpt"
 
 
 def load(path: Path = DATA) -> dict[str, Placement]:
@@ -84,8 +98,9 @@ def _entry(snippet: str, entry: dict) -> Placement:
         place = Placement(snippet, "config", entry.pop("config"), needs=needs)
     elif "shell" in entry:
         place = Placement(snippet, "shell", entry.pop("shell"), needs=needs)
-        if place.file not in ("nanogpt", "oomguide"):
-            raise PlacementError(f"{snippet}: shell must be 'nanogpt' or 'oomguide', not {place.file!r}")
+        if place.file not in SHELLS:
+            choices = ", ".join(repr(name) for name in SHELLS)
+            raise PlacementError(f"{snippet}: shell must be one of {choices}, not {place.file!r}")
     elif entry.pop("env", False):
         place = Placement(snippet, "env", needs=needs)
     elif "file" in entry:
@@ -93,8 +108,11 @@ def _entry(snippet: str, entry: dict) -> Placement:
         if len(kinds) != 1:
             raise PlacementError(f"{snippet}: give exactly one of replace, replace_line, before, after")
         place = Placement(snippet, kinds[0], entry.pop("file"), entry.pop(kinds[0]), within, needs)
-        if place.file not in FILES:
-            raise PlacementError(f"{snippet}: file must be one of {', '.join(FILES)}, not {place.file!r}")
+        if place.file not in NANOGPT_FILES and not place.file.startswith(NANOCHAT_FOLDERS):
+            raise PlacementError(
+                f"{snippet}: file must be one of {', '.join(NANOGPT_FILES)} (nanoGPT) or a file under "
+                f"{', '.join(NANOCHAT_FOLDERS)} (nanochat), not {place.file!r}"
+            )
     else:
         raise PlacementError(f"{snippet}: no placement (config, shell, env or file)")
     if entry:
@@ -242,8 +260,8 @@ def rest_of(place: Placement, snippet_text: str) -> bool:
 def apply_to(
     folder: Path, snippets, placements: dict[str, Placement] | None = None, code: bool = True
 ) -> tuple[list[str], list[str], list[str]]:
-    """Put the snippets (and what they need) into the nanoGPT checkout at `folder`, where this table
-    says: config lines appended to their config file, code into train.py/model.py (:func:`apply`).
+    """Put the snippets (and what they need) into the checkout at `folder` (nanoGPT's or nanochat's),
+    where this table says: config lines appended to their config file, code into its file (:func:`apply`).
 
     Returns (config files, relative to `folder`; shell/env snippets, which run rather than go into a
     file; every snippet applied). ``code=False``: the config lines only (nanoGPT's own code kept).
@@ -280,6 +298,7 @@ WORDS = {
     "label": N_("Where this goes"),
     "config": N_("the config file `{file}`"),
     "shell:nanogpt": N_("a shell, in your nanoGPT checkout"),
+    "shell:nanochat": N_("a shell, in your nanochat checkout"),
     "shell:oomguide": N_("a shell, in a checkout of oomguide"),
     "env": N_("the shell that starts `python train.py`, before that command"),
     "replace:function": N_("in `{file}`, this code replaces the function `{target}()`"),

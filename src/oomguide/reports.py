@@ -6,14 +6,15 @@ engine computed:
 - ``case.toml``: the source address, the card (``memory`` as PyTorch reports its total), the run
   (config files of the folder, ``--key=value`` overrides, the world size), every value the report does
   not state (``[inferred]``: key -> why), the reported outcome (``oom`` or ``ran``, and for an OOM the
-  phase: ``estimate_loss_first``, ``train_step``, ``estimate_loss``, ``startup`` or ``unknown``),
+  phase: ``resume``, ``estimate_loss_first``, ``first_step``, ``train_step``, ``estimate_loss``,
+  ``startup`` or ``unknown``),
   whether the message is complete, and the engine features that decide the case (``decided_by``);
 - the config files, nanoGPT-style (plain assignments), inferred values marked in a comment;
 - ``message.txt``: the OOM message as posted, when there is one; ``data/<dataset>/meta.pkl`` when the
   run read one.
 
 ``replay(case)`` re-predicts the case with ``oomguide.memory`` in the order train.py runs its phases
-(the first ``estimate_loss()`` at iteration 0, then a train step, then a later ``estimate_loss()``),
+(resuming, the first ``estimate_loss()`` at iteration 0, the first step, a train step, a later ``estimate_loss()``),
 stops at the first phase that does not fit the card, and reads the message with explain. It uses
 what the engine offers when it offers it (the checks it names, ``compiled``, meta.pkl lookup, a world
 size), found by looking at the engine's signatures, so a better engine needs no change here.
@@ -40,9 +41,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CASES_DIR = ROOT / "tests" / "reports"
 CACHE_DIR = ROOT / ".cache" / "oomguide-reports"  # keyed by the engine's source: never stale
 
-# train.py's order: estimate_loss() at iteration 0 (before any optimizer step), the train steps,
-# then every eval_interval a later estimate_loss() (AdamW state and the last logits alive).
-RUN_ORDER = ("estimate_loss_first", "train_step", "estimate_loss")
+# train.py's order: resuming (init_from='resume': the checkpoint loaded), estimate_loss() at
+# iteration 0 (before any optimizer step), the first step (AdamW's state made in it; not when
+# resumed), the train steps, then every eval_interval a later estimate_loss() (AdamW state and the
+# last logits alive).
+RUN_ORDER = ("resume", "estimate_loss_first", "first_step", "train_step", "estimate_loss")
 _CHECKS = {
     "estimate_loss_first": ("estimate_loss", "first"),
     "train_step": ("train_step", "training"),
@@ -54,6 +57,8 @@ OUTCOMES = ("oom", "ran")
 # What can decide a case, and how to tell whether the engine models it.
 FEATURES = {
     "first_eval": "the first estimate_loss() at iteration 0, before any optimizer state",
+    "first_step": "the first optimizer step: AdamW's state made while the gradients are alive",
+    "resume": "init_from='resume': train.py's torch.load puts the checkpoint on the card",
     "init_from_gpt2": "init_from='gpt2*': GPT-2's shape and vocab, whatever the config says",
     "meta_vocab": "vocab_size from data/<dataset>/meta.pkl, as train.py reads it",
     "dropout_kernels": "CUDA's attention kernels and 1-byte dropout masks with dropout > 0",
@@ -205,6 +210,8 @@ def engine_features() -> dict[str, bool]:
     predict = memory.predict
     return {
         "first_eval": _accepts(predict, "state"),
+        "first_step": "first_step" in getattr(memory, "CHECKS", {}),
+        "resume": "resume" in getattr(memory, "CHECKS", {}),
         "init_from_gpt2": hasattr(config_module, "PRETRAINED_SHAPES"),
         "meta_vocab": _accepts(config_module.load_config, "find_files"),
         "dropout_kernels": hasattr(memory, "ATTENTION_BACKENDS") or hasattr(memory, "attention_backend"),

@@ -46,6 +46,7 @@ class Request:
     search: bool = True  # the largest batch_size that fits
     cwd: str | None = None
     config: TrainConfig | None = None  # settings already read (explain), instead of configs/overrides
+    sample: bool = False  # sample.py's run instead of train.py's (configs/overrides: sample.py's keys)
 
 
 class BadRequest(ValueError):
@@ -65,10 +66,17 @@ class Run:
     phases: list
     notes: list
     search: bool = True  # the largest batch_size that fits, per phase
+    sample: object = None  # sample.py's settings (sample_config.SampleConfig), for phase "sample"
 
     @property
     def compiled(self) -> bool:
         return bool(self.config.compile)
+
+    @property
+    def checkpoint_on_card(self) -> bool:
+        """Whether torch.load puts the checkpoint on the card: the reader's train.py (or sample.py)
+        with nanoGPT's map_location=device, not the guide's map_location='cpu' (``checkout``)."""
+        return not (self.code.sample_to_cpu if self.sample is not None else self.code.resume_to_cpu)
 
     def options(self, name: str) -> dict:
         """The predictor's options for the check `name`: its state, and compiled when the model is."""
@@ -76,6 +84,12 @@ class Run:
             "state": memory.CHECKS[name][1],
             "stale_logits": self.stale_logits,
             **({"compiled": True} if self.compiled else {}),
+            **(
+                {"checkpoint_on_card": False}
+                if not self.checkpoint_on_card and (self.parallel.single or name == "resume")
+                else {}
+            ),
+            **({"sample": self.sample} if name == "sample" else {}),
         }
 
     def predictor(self):
@@ -152,7 +166,15 @@ def prepare(request: Request) -> Run:
     parallel = Parallel(request.nproc_per_node, request.strategy, request.gradient_as_bucket_view)
     if request.gradient_as_bucket_view and parallel.strategy != "ddp":
         raise BadRequest("--gradient-as-bucket-view is a DDP setting: use it with --strategy ddp")
-    if request.config is not None:
+    sample = None
+    if request.sample:
+        from .sample_config import load_sample_config
+
+        if request.nproc_per_node != 1:
+            raise BadRequest("--sample predicts sample.py, one process: leave out --nproc-per-node")
+        sample = load_sample_config(request.configs, request.overrides, cwd=request.cwd)
+        config, notes = sample.model, list(sample.notes)
+    elif request.config is not None:
         config, notes = request.config, []
     else:
         with warnings.catch_warnings(record=True) as caught:
@@ -162,8 +184,9 @@ def prepare(request: Request) -> Run:
     code = checkout.find(request.configs, request.cwd, request.nanogpt)
     notes += list(code.notes)
     model_path = request.model or (str(code.model_path) if code.model_path else None)
-    config, code_notes = apply_code(config, code, model_path)
-    notes += code_notes
+    if sample is None:
+        config, code_notes = apply_code(config, code, model_path)
+        notes += code_notes
     source = memory.load_model_source(model_path) if model_path else None
     if source is not None and config.grad_checkpoint:
         if "grad_checkpoint" not in inspect.signature(source.config_class).parameters:
@@ -172,13 +195,20 @@ def prepare(request: Request) -> Run:
                 "whether it checkpoints (eval-oom-12gb.md#gradient-checkpointing); predicted as it is"
             )
             config = config.replace(grad_checkpoint=False)
-    run = memory.checks_run(config)
-    if config.eval_only and "train_step" not in run:
+    run = memory.checks_run(config, sample=sample is not None)
+    if "resume" in run and not parallel.single:
+        notes.append(
+            "several processes: each rank's resume is predicted as one GPU's (train.py loads the "
+            "checkpoint before DDP wraps the model); the phases after it leave out the saved weights "
+            "that train.py's state_dict keeps on each card"
+        )
+    if sample is None and config.eval_only and "train_step" not in run:
         notes.append("eval_only=True: train.py stops after the first estimate_loss(); nothing else runs")
     phases = [name for name in run if not request.phases or name in request.phases]
     skipped = [name for name in request.phases or () if name not in run]
     if skipped:
-        notes.append(f"not run by this config (eval_only): {', '.join(skipped)}")
+        why = " (eval_only)" if config.eval_only and sample is None else ""
+        notes.append(f"not run by this config{why}: {', '.join(skipped)}")
     return Run(
         config=config,
         code=code,
@@ -189,6 +219,7 @@ def prepare(request: Request) -> Run:
         phases=phases,
         notes=notes,
         search=request.search,
+        sample=sample,
     )
 
 
@@ -221,6 +252,8 @@ def search_note(run: Run, name: str) -> str | None:
     """Why the largest batch_size is not searched for phase `name`, or None when it is."""
     config = run.config
     phase, state = memory.CHECKS[name]
+    if phase == "resume":
+        return "does not depend on batch_size: the checkpoint, the weights and AdamW's state only"
     if phase != "estimate_loss" or not (run.code.eval_batch_size and _meaningful(config.eval_batch_size)):
         return None
     if state == "first" or not run.stale_logits:
@@ -229,6 +262,68 @@ def search_note(run: Run, name: str) -> str | None:
             f"{config.eval_batch_size} sequences at a time"
         )
     return None
+
+
+def _moments(run: Run) -> dict:
+    """What the output says of a resumed run's checkpoint and of sample.py's settings."""
+    out = {}
+    sample = run.sample
+    resumed = run.config.init_from == "resume"
+    if resumed:
+        out["checkpoint"] = {
+            "read_by": "sample.py" if sample is not None else "train.py",
+            "map_location": "device" if run.checkpoint_on_card else "cpu",
+            "on_card": run.checkpoint_on_card,
+        }
+    if sample is not None:
+        out["sample"] = {
+            **{
+                k: sample.values[k]
+                for k in ("init_from", "out_dir", "start", "num_samples", "max_new_tokens")
+            },
+            **{k: sample.values[k] for k in ("temperature", "top_k", "seed", "device", "dtype", "compile")},
+            "prompt_tokens": sample.prompt_tokens,
+            "prompt_from": sample.prompt_from,
+            "longest_context": sample.longest_context,
+            "config": sample.sources,
+        }
+    return out
+
+
+def _sample_search(run: Run, predictor, options: dict, result) -> dict:
+    """sample.py's largest setting that fits. It runs batch 1, num_samples times one after the other:
+    neither changes the peak. What does is generate()'s longest forward, the prompt and
+    max_new_tokens - 1 new tokens cropped at block_size: the largest max_new_tokens that fits (None
+    where every one does: the crop is reached and fits; 0 where not even the weights do)."""
+    sample, config, card = run.sample, run.config, run.card
+    entry = {"searched": "max_new_tokens", "num_samples_changes_peak": False}
+    crop = sample.crop_reached_at
+
+    def fits(n: int) -> bool:
+        opts = dict(options, sample=sample.with_max_new_tokens(n))
+        return bool(predictor(config, "sample", card.total_memory, **opts).fits)
+
+    if (result.fits and sample.values["max_new_tokens"] >= crop) or fits(crop):
+        entry["max_batch_size"] = None
+        entry["max_batch_size_note"] = (
+            f"every max_new_tokens fits: generate() crops the context at block_size "
+            f"({config.gpt_config().block_size} tokens) from max_new_tokens = {crop} on"
+        )
+        return entry
+    low, high = 0, crop  # fits(low) (0: nothing generated), not fits(high)
+    if result.fits:
+        low = sample.values["max_new_tokens"]
+    else:
+        high = min(high, sample.values["max_new_tokens"])
+    if low == 0 and not fits(1):
+        entry["max_batch_size"] = 0
+        return entry
+    low = max(low, 1)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    entry["max_batch_size"] = low
+    return entry
 
 
 def verdict(request: Request | Run, progress=None, prefetch: bool = False) -> dict:
@@ -279,11 +374,13 @@ def verdict(request: Request | Run, progress=None, prefetch: bool = False) -> di
             )
         },
         "vocab_from": config.vocab_from,
+        **_moments(run),
         "compiled": run.compiled,
         "warnings": run.notes,
         "phases": {},
     }
     predictor = run.predictor()
+    single = functools.partial(memory.predict, alloc_conf=card.alloc_conf, capability=card.gpu.capability)
     if not parallel.single:
         from .memory import distributed
 
@@ -295,15 +392,20 @@ def verdict(request: Request | Run, progress=None, prefetch: bool = False) -> di
         checks = [
             (memory.CHECKS[name][0], run.options(name))
             for name in run.phases
-            if search_note(run, name) is None
+            if name != "sample" and search_note(run, name) is None
         ]
         prefetching.start(searching.second_runs(predictor, config, checks, source=source))
     for name in run.phases:
         phase, state = memory.CHECKS[name]
         options = run.options(name)
-        result = predictor(config, phase, card.total_memory, source=source, **options)
+        # each rank resumes before train.py wraps the model (DDP): the one-GPU moment, on its card
+        call = single if name == "resume" else predictor
+        result = call(config, phase, card.total_memory, source=source, **options)
         entry = {"check": name, "state": state, **result.to_json()}
-        if search:
+        if name == "sample":
+            if search:
+                entry.update(_sample_search(run, predictor, options, result))
+        elif search:
             why = search_note(run, name)
             if why is not None:
                 entry["max_batch_size"] = None

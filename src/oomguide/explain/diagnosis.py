@@ -161,11 +161,40 @@ def disagreement(figs: OOMFigures, prediction: dict, context: str | None, card: 
     return {"phase": context, "predicted_peak_bytes": peak, "figures": items}
 
 
+# The moment of a run a traceback names -> the guide's section on it (run-moments.md)
+MOMENT_SECTIONS = {
+    "resume": ("run-moments", "resume"),
+    "first_step": ("run-moments", "first-step"),
+    "optimizer_step": ("run-moments", "first-step"),
+    "generate": ("run-moments", "sample"),
+}
+
+
+def moment_of(prediction: dict | None, context: str | None) -> str | None:
+    """The moment of the run the message comes from: the traceback's (``MOMENT_SECTIONS``), else the
+    figures' where the prediction says it: a resumed run with its checkpoint on the card, or a first
+    step that does not fit where the steps after it do not either (AdamW's state is made there)."""
+    if context in MOMENT_SECTIONS:
+        return context
+    if prediction is None:
+        return None
+    checkpoint = prediction.get("checkpoint") or {}
+    if checkpoint.get("on_card") and checkpoint.get("read_by") == "train.py":
+        return "resume"
+    first = prediction["phases"].get("first_step")
+    if first is not None and not first["fits"] and first.get("failing_moment") == "optimizer_step":
+        return "first_step"
+    return None
+
+
 def choose_sections(
-    codes: list[str], matches: list[dict], context: str | None
+    codes: list[str], matches: list[dict], context: str | None, moment: str | None = None
 ) -> list[tuple[str, str | None]]:
-    """The sections to read, in the order that fixes this message (see the module's docstring)."""
+    """The sections to read, in the order that fixes this message (see the module's docstring); the
+    moment of the run it comes from (resuming, the first step, sampling) first."""
     first: list[tuple[str, str | None]] = []  # each alone makes room for the request
+    if moment is not None:
+        first.append(MOMENT_SECTIONS[moment])
     last: list[tuple[str, str | None]] = []  # helps, not enough alone
     states_too_large = any(c.startswith("model_states") for c in codes)
     if states_too_large:
@@ -182,6 +211,8 @@ def choose_sections(
     tensors = {m["tensor"] for m in matches}
     if states_too_large:
         pass  # no batch size helps: the sections above are the fix
+    elif context in ("first_step", "optimizer_step", "resume"):
+        fixes = [("estimate-loss-oom", "root-causes"), ("where-the-memory-goes", None)]
     elif context == "estimate_loss":
         fixes = [
             ("estimate-loss-oom", "reduce-batch-size"),
@@ -216,6 +247,7 @@ class Explanation:
     disagreement: dict | None = None
     config: dict | None = None
     warnings: list[str] = field(default_factory=list)
+    moment: str | None = None  # the moment of the run: resume, first_step, optimizer_step, generate
 
     @property
     def has_request(self) -> bool:
@@ -226,6 +258,7 @@ class Explanation:
             "format": self.figures.format,
             "messages_found": self.messages_found,
             "context": self.context,
+            "moment": self.moment,
             "figures": self.figures.to_json(),
             "printed": self.figures.printed,
             "matches": self.matches,
@@ -265,7 +298,9 @@ def explain(
     context = detect_context(text)
     if isinstance(figs, NoRequest):
         card = gpu_memory or figs.capacity
-        return Explanation(figs, found, context, [], "none", ["no_request"], NO_REQUEST_SECTIONS, card)
+        moment = context if context in MOMENT_SECTIONS else None
+        sections = ([MOMENT_SECTIONS[moment]] if moment else []) + NO_REQUEST_SECTIONS
+        return Explanation(figs, found, context, [], "none", ["no_request"], sections, card, moment=moment)
     matches, matched_by = match_request(figs, config, text)
     card = gpu_memory or figs.capacity
     states = model_states(config, card) if config is not None else None
@@ -299,4 +334,8 @@ def explain(
                 phases = {**phases, "estimate_loss": phases["estimate_loss_first"]}
             view = dict(result.prediction, phases=phases)
             result.disagreement = disagreement(figs, view, context, card)
+    moment = moment_of(result.prediction, context)
+    if moment is not None:
+        result.moment = moment
+        result.sections = choose_sections(codes, matches, context, moment)
     return result

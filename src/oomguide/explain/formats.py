@@ -418,11 +418,27 @@ def parse_message(text: str, source: str = "the input") -> tuple[OOMFigures | No
 
 
 def detect_context(text: str) -> str | None:
-    """Where the traceback ran out: 'estimate_loss', 'generate', 'train_step' (backward), 'to_device'."""
+    """Where the traceback ran out: 'estimate_loss'; 'resume' (train.py loading its checkpoint:
+    ``torch.load``, ``_cuda_deserialize``, ``load_state_dict``); 'generate' (sample.py, ``generate``,
+    its checkpoint loaded too); 'first_step' (AdamW creating its state: ``_init_group``);
+    'optimizer_step' (the optimizer's ``step``, ``_multi_tensor_adamw``, ``_fused_adamw``);
+    'train_step' (backward); 'to_device'."""
     if re.search(r"\bin estimate_loss\b|\bestimate_loss\(", text):
         return "estimate_loss"
-    if re.search(r"\bin generate\b|\.generate\(", text):
+    sample = re.search(r"\bsample\.py\b", text) is not None
+    loading = r"torch\.load\(|\b_cuda_deserialize\b|\bdefault_restore_location\b|\bload_state_dict\b"
+    if re.search(loading, text):
+        return "generate" if sample else "resume"
+    if sample or re.search(r"\bin generate\b|\.generate\(", text):
         return "generate"
+    if re.search(r"\b_init_group\b", text):
+        return "first_step"
+    if re.search(
+        r"\b_multi_tensor_adamw?\b|\b_fused_adamw?\b|\b_single_tensor_adamw?\b|\boptimizer\.step\(|"
+        r"\bscaler\.step\(",
+        text,
+    ):
+        return "optimizer_step"
     if re.search(r"\bbackward\b", text):
         return "train_step"
     if re.search(r"\.to\(device\)|\.to\(['\"]cuda|\.cuda\(\)", text):

@@ -60,6 +60,7 @@ GUIDE_SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "beyond": ("chunked-loss", "drop-stale-logits", "four-gb-card", "time-cost"),
     "multi-gpu": ("launch", "ddp-cost", "bucket-view", "gpt2-xl", "fsdp2"),
+    "run-moments": ("resume", "first-step", "sample"),
     "where-the-memory-goes": (),  # a notebook page: linked as a whole
 }
 NOTEBOOK_PAGES = ("where-the-memory-goes",)

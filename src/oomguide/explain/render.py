@@ -300,6 +300,8 @@ def render(result: Explanation, lang: str = "en") -> str:
         lines.append(t(TEXT["several"]).format(n=result.messages_found))
     if result.context:
         lines.append(t(TEXT[f"context_{result.context}"]))
+    if result.moment and result.moment != result.context:
+        lines.append(t(TEXT[f"moment_{result.moment}"]))
     for note in result.warnings:
         lines.append(t(TEXT["note"]).format(note=note))
     lines += ["", t(TEXT["h_figures"]), *_figure_rows(result, lang)]

@@ -20,6 +20,26 @@ TEXT: dict[str, str] = {
     ),
     "context_train_step": N_("The traceback passes through backward(): it ran out in a training step."),
     "context_generate": N_("The traceback passes through generate(): it ran out while generating."),
+    "context_resume": N_(
+        "The traceback passes through torch.load() or load_state_dict(): it ran out while resuming "
+        "from a checkpoint."
+    ),
+    "context_first_step": N_(
+        "The traceback passes through the optimizer's _init_group(): it ran out in the first "
+        "optimizer step, while AdamW created its state."
+    ),
+    "context_optimizer_step": N_(
+        "The traceback passes through the optimizer's step(): it ran out in optimizer.step()."
+    ),
+    # the moment of the run, from the prediction's figures where the traceback does not say it
+    "moment_resume": N_(
+        "This run resumes from a checkpoint that its train.py loads onto the card "
+        "(torch.load(..., map_location=device)): the saved weights stay there for the whole run."
+    ),
+    "moment_first_step": N_(
+        "The prediction places the failure in the first optimizer step, where AdamW creates its "
+        "state (two float32 copies of the weights) while the gradients are alive."
+    ),
     "note": N_("note: {note}"),
     "h_figures": N_("Figures read"),
     # one row of figures: a label and its value (the separator as the language writes it)

@@ -15,6 +15,7 @@ The package, one module per job:
 - ``tracker``     the allocation tracker (TorchDispatchMode)
 - ``models``      oomguide's GPT or a reader's nanoGPT model.py
 - ``predict``     a phase on fake tensors
+- ``moments``     resuming from a checkpoint (train.py) and sample.py's generate(), on fake tensors
 - ``search``      the batch-size search (``max_batch_size``)
 - ``batches``     a phase's traces as functions of the batch size: the search's probes from two runs
 - ``prefetch``    ``oomguide check``: those second runs made meanwhile by a forked child
@@ -49,7 +50,7 @@ from .measure import (
     non_pytorch_bytes,
 )
 from .models import ModelSource, PredictionError, load_model_source
-from .predict import CHECKS, PHASES, STATES, PhaseResult, checks_run, predict
+from .predict import CHECKS, MOMENTS, PHASES, STATES, PhaseResult, checks_run, predict
 from .search import max_batch_size
 from .tracker import CATEGORIES, Allocation, AllocationTracker
 from .units import (
@@ -69,6 +70,7 @@ __all__ = [
     "non_pytorch_bytes",
     "CATEGORIES",
     "CHECKS",
+    "MOMENTS",
     "CONTEXT_BYTES",
     "DEFAULT_GPU_MEMORY",
     "PHASES",

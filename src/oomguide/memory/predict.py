@@ -16,7 +16,7 @@ import torch
 from .. import loop
 from ..config import TrainConfig
 from ..model import GPT
-from . import batches, prefetch, reserved
+from . import batches, moments, prefetch, reserved
 from .allocator import AllocConf
 from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
@@ -26,25 +26,36 @@ from .models import ModelSource, PredictionError, no_init
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
-PHASES = ("train_step", "estimate_loss")
+PHASES = ("train_step", "estimate_loss")  # the phases of training, at any batch size
+MOMENTS = ("resume", "sample")  # loading a checkpoint, sample.py (``moments``): no batch
 STATES = ("first", "training")
 
-# What `oomguide check` reports: the first estimate_loss() (iteration 0, before any optimizer step),
-# a train step, and a later estimate_loss() (AdamW state and train.py's stale logits alive).
+# What `oomguide check` reports: resuming (init_from='resume': the checkpoint loaded), the first
+# estimate_loss() (iteration 0, before any optimizer step), the first step (AdamW's state created in
+# it), a later train step, and a later estimate_loss() (AdamW state and train.py's stale logits
+# alive); with --sample, sample.py (``moments``).
 CHECKS = {
+    "resume": ("resume", "first"),
     "estimate_loss_first": ("estimate_loss", "first"),
+    "first_step": ("train_step", "first"),
     "train_step": ("train_step", "training"),
     "estimate_loss": ("estimate_loss", "training"),
+    "sample": ("sample", "first"),
 }
 
 
-def checks_run(config: TrainConfig) -> list[str]:
-    """The CHECKS train.py goes through for `config`: an ``eval_only`` run stops after the first
-    estimate_loss() (train.py's ``if iter_num == 0 and eval_only: break``; a resumed run starts later,
-    so it trains on)."""
-    if config.eval_only and config.init_from != "resume":
+def checks_run(config: TrainConfig, sample: bool = False) -> list[str]:
+    """The CHECKS a run goes through: sample.py's generation (`sample`); train.py resumed (the
+    checkpoint loaded with AdamW's state in it, so no first step creates it); an ``eval_only`` run
+    stops after the first estimate_loss() (train.py's ``if iter_num == 0 and eval_only: break``; a
+    resumed run starts later, so it trains on); else from scratch or gpt2*, with the first step."""
+    if sample:
+        return ["sample"]
+    if config.init_from == "resume":
+        return ["resume", "estimate_loss_first", "train_step", "estimate_loss"]
+    if config.eval_only:
         return ["estimate_loss_first"]
-    return list(CHECKS)
+    return ["estimate_loss_first", "first_step", "train_step", "estimate_loss"]
 
 
 class _CudaScaler(torch.amp.GradScaler):
@@ -87,6 +98,10 @@ class PhaseResult:
     alloc_conf: str | None = None  # the PYTORCH_CUDA_ALLOC_CONF the prediction assumed
     attention: str | None = None  # the SDPA kernel the card runs: flash, efficient or math
     baseline_bytes: int | None = None  # measured: what earlier code had allocated (subtracted from the peak)
+    # where in the phase's code the peak and the failing allocation come (the tracker's moments:
+    # forward_backward, optimizer_step, torch_load, model_to_device, optimizer_load_state_dict, generate)
+    peak_moment: str | None = None
+    failing_moment: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -108,6 +123,7 @@ def _run_phase(
     stale_logits: bool = True,
     probe_logits: bool = False,
     one_micro_step: bool = False,
+    checkpoint_on_card: bool = True,
 ):
     """Set up nanoGPT's state before `phase` (registering it with the tracker), then run the phase tracked.
 
@@ -128,8 +144,9 @@ def _run_phase(
     block = min(config.block_size, cfg_block)
     resumed = config.init_from == "resume"
     checkpoint_weights = []
-    if resumed:
-        # train.py keeps the checkpoint's weights referenced (its global `state_dict`) for the whole run
+    if resumed and checkpoint_on_card:
+        # train.py keeps the checkpoint's weights referenced (its global `state_dict`) for the whole
+        # run: on the card when torch.load put them there (map_location=device; ``moments``)
         checkpoint_weights = [torch.empty_like(t) for t in [*params, *model.buffers()]]  # shared once
         tracker.register(checkpoint_weights, "weights")
     if state == "training" or resumed:
@@ -164,6 +181,7 @@ def _run_phase(
         tracker.register([train_state.X, train_state.Y], "activations")
         micro_steps = min(config.gradient_accumulation_steps, 2)
         with tracker:
+            tracker.moment = "forward_backward"
             if one_micro_step and micro_steps == 2:
                 for p in params:  # what the first micro-step leaves behind
                     p.grad = torch.zeros_like(p)
@@ -191,11 +209,13 @@ def _train_step_tracked(train_state, get_batch, gas, grad_clip, tracker):
     original = opt.step
 
     def step(*a, **k):
-        tracker.tag_new = "optimizer_state"
+        tracker.tag_new, tracker.moment = "optimizer_state", "optimizer_step"
         try:
             return original(*a, **k)
         finally:
-            tracker.tag_new = None
+            tracker.tag_new, tracker.moment = None, "forward_backward"
+            if tracker._pending:  # a peak in the step: its picture while the gradients are still .grad
+                tracker._snapshot()
 
     opt.step = step
     try:
@@ -222,6 +242,8 @@ def predict(
     alloc_conf: AllocConf | None = None,
     capability: tuple[int, int] = DEFAULT_CAPABILITY,
     search: bool = False,
+    checkpoint_on_card: bool = True,
+    sample=None,
 ) -> PhaseResult:
     """Predict the CUDA memory of `phase` for `config`, by running the model code on fake tensors.
 
@@ -247,18 +269,25 @@ def predict(
     `search=True` (the batch-size search): only ``peak_bytes`` and ``fits`` are wanted; they may come
     from the traces of real predictions at two other batch sizes (``batches``), exactly as a run
     would give them; the other figures are then left empty.
+    `checkpoint_on_card` (``init_from='resume'`` and sample.py's resume): whether ``torch.load`` puts
+    the checkpoint on the card (``map_location=device``, nanoGPT's code) or not (``map_location='cpu'``).
+    Phases ``resume`` and ``sample`` (state "first") are ``moments``'; `sample` is sample.py's settings
+    (``sample_config.SampleConfig``), `config` then the model it loads.
     """
-    if phase not in PHASES:
-        raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
+    if phase not in (*PHASES, *MOMENTS):
+        raise ValueError(f"unknown phase {phase!r} (known: {', '.join((*PHASES, *MOMENTS))})")
     if state not in STATES:
         raise ValueError(f"unknown state {state!r}")
-    if state == "first" and phase != "estimate_loss":
-        raise ValueError("state='first' is the first estimate_loss at iteration 0")
+    if phase in MOMENTS and state != "first":
+        raise ValueError(f"phase {phase!r} has no state before it: state='first'")
+    if phase == "sample" and sample is None:
+        raise ValueError("phase 'sample' needs sample.py's settings (sample=)")
     source = source or ModelSource()
-    batch = batch_size or config.batch_size
+    batch = 1 if phase == "sample" else batch_size or config.batch_size  # sample.py: batch 1
     budget = None if gpu_memory is None else usable_bytes(gpu_memory, context_bytes)
     run = dict(source=source, state=state, fake=fake, seed=seed, eval_iters=eval_iters)
     run.update(stale_logits=stale_logits, compiled=compiled, peak_only=peak_only, capability=capability)
+    run.update(checkpoint_on_card=checkpoint_on_card, sample=sample)
     family = _family(config, phase, run)
     if search and family is not None and gpu_memory is not None:
         found = _derived(family, config, phase, gpu_memory, batch, budget, alloc_conf, run)
@@ -281,12 +310,14 @@ def _family(config: TrainConfig, phase: str, run: dict) -> str | None:
     where a run may change with the batch size otherwise than in sizes: a reader's model, real
     tensors, estimate_loss in chunks of eval_batch_size (as many chunks as the batch size needs)."""
     source = run["source"]
+    if phase in MOMENTS:
+        return None  # no batch
     if not run["fake"] or source.path is not None or source.gpt_class is not GPT:
         return None
     if phase == "estimate_loss" and config.eval_batch_size:
         return None
     values = sorted((k, v) for k, v in config.values.items() if k != "batch_size")
-    return repr((values, phase, *(run[k] for k in sorted(run) if k != "source")))
+    return repr((values, phase, *(run[k] for k in sorted(run) if k not in ("source", "sample"))))
 
 
 def _run(
@@ -305,6 +336,8 @@ def _run(
     compiled,
     peak_only,
     capability,
+    checkpoint_on_card=True,
+    sample=None,
 ):
     """Run `phase` tracked (after the training step before it, for a later estimate_loss): the result
     without the allocator's view, the traces for it (warm-up first), and the tracker's peak."""
@@ -319,6 +352,8 @@ def _run(
     else:
         mode = nullcontext()
     kernels = CudaKernels(capability)
+    if phase == "sample":
+        moments.load_dynamo()
     with mode, warnings.catch_warnings(), kernels:
         # GradScaler('cuda') on a CPU-only build warns that it disables itself
         warnings.simplefilter("ignore")
@@ -355,24 +390,32 @@ def _run(
                             1,
                             stale_logits,
                             bool(source.path),
+                            checkpoint_on_card=checkpoint_on_card,
                         )
                     warmup = step_tracker.trace
                     reserved.remember_warmup(warm_key, warmup)
                     tracker.forwards = 0  # the hook counted the warm-up's forwards
-            with _recompute_under(ctx, kernels.fresh):
-                _run_phase(
-                    model,
-                    run_config,
-                    phase,
-                    tracker,
-                    state,
-                    ctx,
-                    batch,
-                    eval_iters,
-                    stale_logits,
-                    bool(source.path),
-                    one_micro_step=peak_only,
-                )
+            if phase == "resume":
+                moments.run_resume(model, run_config, tracker, checkpoint_on_card)
+            elif phase == "sample":
+                own = bool(source.path) and hasattr(model, "generate")
+                moments.run_sample(model, sample, tracker, ctx, checkpoint_on_card, own)
+            else:
+                with _recompute_under(ctx, kernels.fresh):
+                    _run_phase(
+                        model,
+                        run_config,
+                        phase,
+                        tracker,
+                        state,
+                        ctx,
+                        batch,
+                        eval_iters,
+                        stale_logits,
+                        bool(source.path),
+                        one_micro_step=peak_only,
+                        checkpoint_on_card=checkpoint_on_card,
+                    )
         except Exception as exc:
             if source.path is None:
                 raise
@@ -395,6 +438,7 @@ def _run(
         largest_allocation=tracker.largest.describe(),
         breakdown=tracker.breakdown(),
         budget_bytes=budget,
+        peak_moment=tracker.peak_moment,
     )
     if budget is not None:
         result.fits = tracker.failing is None
@@ -403,6 +447,7 @@ def _run(
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
             result.failing_forward = tracker.failing_forward
+            result.failing_moment = tracker.failing_moment
     result.attention = ", ".join(sorted(kernels.used)) or None
     traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
     return result, traces, tracker.peak

@@ -73,9 +73,13 @@ def judge(
         result.reserved_within_budget_bytes = capped.reserved_peak
         result.failing_allocation_bytes = result.failing_allocation = None
         result.allocated_at_failure_bytes = result.reserved_at_failure_bytes = None
+        if hasattr(result, "failing_moment"):
+            result.failing_moment = None
         return
     what = capped.failing_what
     result.failing_allocation_bytes = capped.failing_alloc_size
     result.failing_allocation = what.describe() if hasattr(what, "describe") else str(what or "a tensor")
     result.allocated_at_failure_bytes = capped.allocated_at_failure
     result.reserved_at_failure_bytes = capped.reserved_at_failure
+    if hasattr(result, "failing_moment"):  # where in the phase's code: the allocation's moment
+        result.failing_moment = getattr(what, "moment", None)

@@ -29,6 +29,7 @@ class Allocation:
     op: str
     shape: tuple
     dtype: str
+    moment: str | None = None  # the tracker's moment when it was made (forward_backward, optimizer_step...)
 
     def describe(self) -> str:
         return f"{self.op} -> {self.dtype}{list(self.shape)}"
@@ -74,6 +75,11 @@ class AllocationTracker(TorchDispatchMode):
         self.tag_new = None  # overrides the tag of new storages (e.g. "optimizer_state")
         self.forwards = 0  # model forwards so far (counted by the caller); the failing one is recorded
         self.failing_forward = None
+        # the moment of the run the code is in (set by the phase: "forward_backward", "optimizer_step",
+        # "torch_load", ...), recorded with the peak and the failing allocation
+        self.moment = None
+        self.peak_moment = None
+        self.failing_moment = None
         self._pending = False  # a peak whose picture is not taken yet
         # the allocator model's input (allocator.Trace): tensors alive before, then allocations and frees
         # in order; keeping that order means settling the frees before every allocation
@@ -97,6 +103,7 @@ class AllocationTracker(TorchDispatchMode):
                 dtype = str(t.dtype).replace("torch.", "")
                 self.failing = Allocation(added, tag, tuple(t.shape), dtype)
                 self.allocated_at_failure = before
+                self.failing_moment = self.moment
             if tag == "weights" and key is not None:
                 self.weight_keys.add(key)
 
@@ -183,6 +190,7 @@ class AllocationTracker(TorchDispatchMode):
         ):
             self.failing = Allocation(grown, "resize_", (storage.nbytes(),), "bytes")
             self.allocated_at_failure = self.current
+            self.failing_moment = self.moment
         if grown:  # the allocator sees a resize as a free and a new block
             if entry.nbytes:
                 self.trace.events.append((FREE, entry.uid, 0, None))
@@ -239,11 +247,13 @@ class AllocationTracker(TorchDispatchMode):
             self._sweep()
             # named as the op CUDA runs: a CPU kernel may stand for it (kernels.cuda_names)
             op = cuda_op_name(str(func.overloadpacket.__name__))
-            alloc = Allocation(nbytes, op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
+            alloc = Allocation(nbytes, op, tuple(t.shape), str(t.dtype).replace("torch.", ""), self.moment)
             if self.budget is not None and self.failing is None and self.current + nbytes > self.budget:
                 self.failing = alloc
                 self.allocated_at_failure = self.current
-                self.failing_forward = self.forwards or None
+                self.failing_moment = self.moment
+                in_forward = self.moment in (None, "forward_backward", "generate")
+                self.failing_forward = (self.forwards or None) if in_forward else None
             self._describe_next = alloc
             self._add(t, self._tag(func, t, args))
             if self.largest is None or nbytes > self.largest.nbytes:
@@ -256,6 +266,7 @@ class AllocationTracker(TorchDispatchMode):
         """A new peak. Its picture (what was alive, which were gradients) is taken lazily: until the
         next sweep finds a dead storage, nothing has been freed since, so the state is still the peak's."""
         self.peak = self.current
+        self.peak_moment = self.moment
         self._pending = True
 
     def _snapshot(self) -> None:

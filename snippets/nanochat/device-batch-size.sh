@@ -1,0 +1,1 @@
+torchrun --standalone --nproc_per_node=8 -m scripts.base_train -- --depth=24 --target-param-data-ratio=8 --device-batch-size=8 --fp8 --run=$WANDB_RUN

@@ -1,0 +1,19 @@
+# config/finetune_shakespeare.py as nanoGPT had it in February 2023: the settings that matter for memory.
+out_dir = 'out-shakespeare'
+eval_interval = 5
+eval_iters = 40
+dataset = 'shakespeare'
+init_from = 'gpt2-xl'
+always_save_checkpoint = False
+batch_size = 1
+gradient_accumulation_steps = 32
+max_iters = 20
+learning_rate = 3e-5
+decay_lr = False
+# the model_args of the checkpoint a gpt2-xl fine-tuning writes (init_from='resume' reads them)
+n_layer = 48  # inferred
+n_head = 25  # inferred
+n_embd = 1600  # inferred
+block_size = 1024  # inferred
+bias = True  # inferred
+vocab_size = 50257  # inferred
