@@ -42,22 +42,6 @@ CHECK_FIRST = "run-moments/check-first-step.sh"
 CHECK_SAMPLE = "run-moments/check-sample.sh"
 
 
-def _check_has_moments() -> bool:
-    """Whether `oomguide check` predicts the moments (phases resume, first_step, sample; --sample)."""
-    import argparse
-
-    from oomguide.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return "--sample" in sub.choices["check"]._option_string_actions
-
-
-# Until the branch `moments` (check's phases resume, first_step and sample) is in, the tests that read
-# those phases cannot run; this marks them, and they fail loudly once it is in and they disagree.
-needs_moments = pytest.mark.skipif(
-    not _check_has_moments(), reason="needs oomguide check's moments (phases resume, first_step, sample)"
-)
-
 RESUME_CARD = ("--gpu", "RTX 3080 10GB")
 FIRST_CARD = ("--gpu", "RTX 4090")
 SAMPLE_CARD = ("--gpu", "RTX 3070")
@@ -103,7 +87,6 @@ def n_params(*snippets: str, snippet) -> int:
 # --------------------------------------------------------------------------------------------
 # resuming
 # --------------------------------------------------------------------------------------------
-@needs_moments
 def test_resume_as_nanogpt_does_it(snippet, figure, report):
     """train.py resumed: the checkpoint on the card next to the model while loading, and afterwards
     the copy of the weights that its global `state_dict` keeps, which makes the training step of
@@ -142,7 +125,6 @@ def test_resume_as_nanogpt_does_it(snippet, figure, report):
     )
 
 
-@needs_moments
 def test_resume_with_the_checkpoint_on_the_cpu(figure, report):
     """With map_location='cpu' (and state_dict dropped), loading puts only the model and AdamW's state
     on the card, and the run afterwards is the run from scratch: same peaks, same verdict."""
@@ -205,7 +187,6 @@ def test_adamw_creates_its_state_in_the_first_step():
     assert all(p.grad is None for p in params)
 
 
-@needs_moments
 def test_first_step(snippet, figure, report):
     """GPT-2 XL's shape on a 24 GB card, batch 1: the first evaluation fits, the first optimizer step
     does not: weights, gradients and the new AdamW state alone nearly fill the card."""
@@ -221,6 +202,7 @@ def test_first_step(snippet, figure, report):
     step = phases["first_step"]
     assert not step["fits"] and step["peak_moment"] == "optimizer_step"
     assert step["breakdown"]["optimizer_state"] == pytest.approx(8 * params, rel=1e-4)
+    assert step["breakdown"]["gradients"] == pytest.approx(4 * params, rel=1e-4), "every gradient is alive"
     figure("xl_first_eval_peak", phases["estimate_loss_first"]["peak_bytes"], "gib")
     figure("xl_first_step_peak", step["peak_bytes"], "gib")
     figure("xl_first_step_reserved", step["reserved_bytes"], "gib")
@@ -284,7 +266,6 @@ def test_autocast_keeps_a_low_precision_copy_of_the_weights_while_sampling():
     assert again.count == first.count, "a new context casts again"
 
 
-@needs_moments
 def test_sampling_gpt2_xl_on_an_8gb_card(figure, report):
     """sample.py with GPT-2 XL's weights: the float32 weights and autocast's bfloat16 copies do not fit
     an 8 GB card; in float32 (autocast off) the copies are gone and it fits. num_samples and
@@ -316,7 +297,6 @@ def test_sampling_gpt2_xl_on_an_8gb_card(figure, report):
     )
 
 
-@needs_moments
 def test_sampling_on_the_cpu_is_not_a_card_question():
     """--device=cpu: sample.py puts nothing on a card; check says so rather than predicting a card."""
     from oomguide.cli import main
@@ -327,7 +307,6 @@ def test_sampling_on_the_cpu_is_not_a_card_question():
     assert rc == 2 and "device='cpu'" in err.getvalue() + out.getvalue()
 
 
-@needs_moments
 def test_sampling_your_own_checkpoint(figure, report):
     """sample.py on the checkpoint of the page's GPT-2 Large-shaped run: unchanged, the checkpoint
     (weights and AdamW's state) stays on the card for the whole run next to the model; with
@@ -378,7 +357,6 @@ def same_peaks(theirs: dict, ours: dict, phases) -> None:
             assert theirs["phases"][phase][key] == ours["phases"][phase][key], (phase, key)
 
 
-@needs_moments
 def test_the_page_lines_say_what_the_page_prints(nanogpt, monkeypatch, report):
     """Each `oomguide check` line of the page, run in a copy of the reader's nanoGPT checkout with the
     page's config (and, for sample.py, a checkpoint of the page's Large-shaped run in out/), says what
