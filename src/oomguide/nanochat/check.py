@@ -14,7 +14,7 @@ allocator has cached. Never imports torch.cuda.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -56,7 +56,8 @@ class _Judge:
         self._traces: dict = {}
 
     def _real(self, spec, batch):
-        key = (spec.name, batch)
+        spec = _runs_as(spec)
+        key = (spec, batch)
         if key not in self._traces:
             tracker, used = run(self.code, self.setting, spec, batch, self.budget)
             self._traces[key] = (tracker, used)
@@ -70,6 +71,7 @@ class _Judge:
         return self._real(train, batch if spec.searched and train.searched else train.batch)[0].trace
 
     def predict(self, spec, batch, search: bool = False) -> PhaseResult:
+        spec = _runs_as(spec)
         key = repr((self.setting, spec))
         family = batches.family(key)
         if search and family.ready(batch) and batch not in family.runs:
@@ -107,13 +109,56 @@ class _Judge:
                 batches.remember(key, second, [tr2.trace] if warm2 is None else [warm2, tr2.trace], tr2.peak)
         return result
 
-    def largest(self, spec, progress=None) -> int:
-        def predictor(config, phase, gpu_memory, *, batch_size, source=None, context_bytes=None, search=False):
-            return self.predict(spec, batch_size, search=search)
+    def largest(self, spec, progress=None) -> tuple[int, int | None]:
+        """The largest --device-batch-size that fits and that the script accepts (``plan.rule``), with
+        the micro-steps the script derives there (None where it derives none)."""
+        rule = self.plan.rule
+        if rule is None:
+            def predictor(config, phase, gpu_memory, *, batch_size, source=None, context_bytes=None, search=False):
+                return self.predict(spec, batch_size, search=search)
 
-        return max_batch_size(
-            SimpleNamespace(batch_size=spec.batch), spec.name, self.card.total_memory, predictor=predictor, progress=progress
-        )
+            found = max_batch_size(
+                SimpleNamespace(batch_size=spec.batch), spec.name, self.card.total_memory, predictor=predictor, progress=progress
+            )
+            return found, None
+        calls = [0]
+
+        def at(batch):  # the phase as the script runs it at `batch`: its own gradient accumulation
+            return replace(spec, grad_accum=rule.accum(batch)) if spec.kind == "train" else spec
+
+        def fits(batch) -> bool:
+            calls[0] += 1
+            if progress:
+                progress(calls[0])
+            return bool(self.predict(at(batch), batch, search=True).fits)
+
+        accepted = rule.accepted(rule.most())
+        *rest, top = accepted
+        if self._may_fit(spec, rest, top) and fits(top):
+            return top, rule.accum(top)
+        lo, hi = -1, len(rest)  # rest[lo] fits (-1: none known), rest[hi] does not (len: none known)
+        while hi - lo > 1:  # the peak grows with the batch at a fixed kind of step: bisection
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(rest[mid]) else (lo, mid)
+        return (rest[lo], rule.accum(rest[lo])) if lo >= 0 else (0, None)
+
+    def _may_fit(self, spec, rest, top) -> bool:
+        """Whether the largest accepted batch can fit, without a run of its own where the answer is
+        plain: there a training step has one micro-step (no gradients alive during its forward), so
+        its peak is at least that of the step with several micro-steps at the same batch (derived
+        from that step's runs) less the gradients; over the budget, it cannot fit."""
+        if spec.kind != "train" or not rest or self.plan.rule.accum(top) != 1:
+            return True
+        several = replace(spec, grad_accum=2)
+        derived = self.predict(several, top, search=True)
+        grads = self.predict(several, spec.batch).breakdown.get("gradients", 0)
+        return derived.peak_bytes - grads <= self.budget
+
+
+def _runs_as(spec):
+    """What a phase runs: a training step's second micro-step stands for every later one (``phases``),
+    so two or more micro-steps run alike and share their runs."""
+    return replace(spec, grad_accum=min(spec.grad_accum, 2)) if spec.kind == "train" else spec
 
 
 def verdict(request: Request, progress=None) -> dict:
@@ -158,6 +203,7 @@ def verdict(request: Request, progress=None) -> dict:
         "device_batch_size": plan.device_batch_size,
         "total_batch_size": plan.total_batch_size,
         "gradient_accumulation_steps": plan.grad_accum,
+        "accepted_device_batch_sizes": plan.rule.accepted(plan.rule.most()) if plan.rule is not None else None,
         "gpu": gpu.name,
         "gpu_memory_bytes": gpu.total_memory,
         "usable_bytes": units.usable_bytes(gpu.total_memory),
@@ -175,10 +221,18 @@ def verdict(request: Request, progress=None) -> dict:
         entry = result.to_json()
         if request.search and spec.searched:
             report = progress(spec.name) if progress else None
-            entry["max_batch_size"] = judge.largest(spec, report)
+            entry["max_batch_size"], accum = judge.largest(spec, report)
             entry["searched"] = "device_batch_size"
+            if plan.rule is not None and spec.kind == "train":
+                entry["gradient_accumulation_steps"] = accum  # what the script derives at that batch
         out["phases"][spec.name] = entry
     out["fits"] = all(p["fits"] for p in out["phases"].values())
+    searched = [p["max_batch_size"] for p in out["phases"].values() if "max_batch_size" in p]
+    if searched:  # the run's answer: every searched phase runs with the one --device-batch-size
+        out["largest_device_batch_size"] = min(searched)
+        out["largest_device_batch_size_gradient_accumulation_steps"] = (
+            plan.rule.accum(min(searched)) if plan.rule is not None and min(searched) else None
+        )
     return out
 
 

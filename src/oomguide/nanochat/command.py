@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # the scripts the prediction knows (their phases: ``plan``); others are refused with this list
-SCRIPTS = ("base_train", "base_eval", "chat_sft", "chat_rl", "chat_cli", "chat_web")
+SCRIPTS = ("base_train", "base_eval", "chat_sft", "chat_rl", "chat_eval", "chat_cli", "chat_web")
+# programs of runs/speedrun.sh and runs/runcpu.sh that put nothing on the GPU: what each does instead
+NOT_ON_THE_GPU = {
+    "nanochat.dataset": "downloads the pretraining data shards",
+    "tok_train": "trains the tokenizer (rustbpe, on the CPU)",
+    "tok_eval": "evaluates the tokenizer's compression (on the CPU)",
+}
 
 
 class BadCommand(ValueError):
@@ -49,6 +55,8 @@ def parse_line(line) -> Command:
     words = [w for w in words if w not in ("\\", "")]
     if len(words) == 1 and " " in words[0]:
         words = _split(words[0])  # the whole line given as one quoted word
+    if words[-1:] == ["&"]:
+        words = words[:-1]  # run in the background (speedrun.sh's second download)
     env = {}
     while words and "=" in words[0] and not words[0].startswith("-") and words[0].split("=")[0].isidentifier():
         key, _, value = words.pop(0).partition("=")
@@ -78,6 +86,8 @@ def _split(line: str) -> list[str]:
 
 def _script_of(word: str) -> str:
     name = word.removesuffix(".py").replace("/", ".").removeprefix("scripts.")
+    if name in NOT_ON_THE_GPU:
+        raise BadCommand(f"{word}: not a memory-relevant script: it {NOT_ON_THE_GPU[name]}, with nothing on the GPU to predict")
     if name not in SCRIPTS:
         raise BadCommand(f"{word}: not a nanochat script oomguide predicts (known: {', '.join(SCRIPTS)})")
     return name

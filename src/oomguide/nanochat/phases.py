@@ -12,6 +12,7 @@ nanochat shards it), and runs the phase tracked by oomguide's ``AllocationTracke
 - ``bpb``: nanochat/loss_eval.py's ``evaluate_bpb`` forward (``model(x, y, loss_reduction='none')``
   under ``no_grad``); its data-dependent lines (``.any()``, ``.item()``) are not run (scalars);
 - ``core``: nanochat/core_eval.py's ``forward_model`` (logits, cross_entropy per token, argmax);
+- ``forward``: scripts/chat_eval.py's ``run_categorical_eval`` (a batch of prompts, its logits);
 - ``generate``: nanochat/engine.py's ``Engine.generate``: a batch-1 prefill into its ``KVCache``,
   the cache for the samples, the prefill copied in, decode steps (the first two: every later one
   allocates the same), ``sample_next_token``. The cache's position is kept in Python (its int32
@@ -51,7 +52,7 @@ class PhaseSpec:
     """What one phase runs (``plan`` makes these from the script's arguments)."""
 
     name: str
-    kind: str  # train, bpb, core, generate
+    kind: str  # train, bpb, core, forward, generate
     batch: int  # the rows of a forward (device batch size, samples, CORE's choices)
     seq_len: int = 0  # tokens per row (train, bpb, core)
     compiled: bool = False
@@ -260,7 +261,7 @@ def run(code, setting: Setting, spec: PhaseSpec, batch: int, budget: int | None,
             stack.enter_context(CompiledHead({vocab, model.lm_head.weight.shape[0]}))
         if spec.kind == "train":
             _train(model, optimizer, spec, batch, vocab, tracker)
-        elif spec.kind in ("bpb", "core"):
+        elif spec.kind in ("bpb", "core", "forward"):
             with torch.no_grad():
                 _evaluate(model, spec, batch, vocab, tracker)
         elif spec.kind == "generate":
@@ -314,6 +315,11 @@ def _evaluate(model, spec, batch, vocab, tracker):
         return
     input_ids = _tokens(batch, spec.seq_len, vocab)
     tracker.register([input_ids], "activations")
+    if spec.kind == "forward":
+        with tracker:  # scripts/chat_eval.py, run_categorical_eval: the batch's logits, argmax of a few
+            logits = model(input_ids)
+            logits[0, -1, :4].argmax(dim=-1)
+        return
     with tracker:  # nanochat/core_eval.py, forward_model
         outputs = model(input_ids)
         target_ids = torch.roll(input_ids, shifts=-1, dims=1)
