@@ -26,11 +26,12 @@ from pathlib import Path
 
 # the scripts the prediction knows (their phases: ``plan``); others are refused with this list
 SCRIPTS = ("base_train", "base_eval", "chat_sft", "chat_rl", "chat_eval", "chat_cli", "chat_web")
-# programs of runs/speedrun.sh and runs/runcpu.sh that put nothing on the GPU: what each does instead
+# programs of runs/speedrun.sh and runs/runcpu.sh that put nothing on the GPU: the line said for each
+# (the sentences are msgids of oomguide.messages)
 NOT_ON_THE_GPU = {
-    "nanochat.dataset": "downloads the pretraining data shards",
-    "tok_train": "trains the tokenizer (rustbpe, on the CPU)",
-    "tok_eval": "evaluates the tokenizer's compression (on the CPU)",
+    "nanochat.dataset": "{word}: not a memory-relevant script: it downloads data shards and puts nothing on the GPU",
+    "tok_train": "{word}: not a memory-relevant script: it trains the tokenizer on the CPU and puts nothing on the GPU",
+    "tok_eval": "{word}: not a memory-relevant script: it evaluates the tokenizer on the CPU and puts nothing on the GPU",
 }
 
 
@@ -87,7 +88,7 @@ def _split(line: str) -> list[str]:
 def _script_of(word: str) -> str:
     name = word.removesuffix(".py").replace("/", ".").removeprefix("scripts.")
     if name in NOT_ON_THE_GPU:
-        raise BadCommand(f"{word}: not a memory-relevant script: it {NOT_ON_THE_GPU[name]}, with nothing on the GPU to predict")
+        raise BadCommand(NOT_ON_THE_GPU[name].format(word=word))
     if name not in SCRIPTS:
         raise BadCommand(f"{word}: not a nanochat script oomguide predicts (known: {', '.join(SCRIPTS)})")
     return name
@@ -196,7 +197,7 @@ def script_parser(checkout: Path, script: str) -> argparse.ArgumentParser:
 
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message):
-        raise BadCommand(f"{self.prog}: {message}")
+        raise BadCommand(f"{self.prog} would refuse the command line: {message}")
 
 
 def script_arguments(checkout: Path, command: Command) -> argparse.Namespace:

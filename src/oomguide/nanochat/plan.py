@@ -69,8 +69,8 @@ class BatchRule:
         """The assert the script stops at for `batch`, in one line."""
         if self.seq == 1:
             return (
-                f"scripts.{self.script} would stop at its assert: --num-samples ({self.total}) must be a multiple "
-                f"of --device-batch-size ({batch})"
+                f"scripts.{self.script} would stop at its assert: --num-samples ({self.total}) must be a multiple of "
+                f"--device-batch-size ({batch})"
             )
         return (
             f"scripts.{self.script} would stop at its assert: total_batch_size ({self.total}) must be a multiple of "
