@@ -175,11 +175,12 @@ def verdict(request: Request, progress=None) -> dict:
         conf = parse_alloc_conf(request.alloc_conf, "--alloc-conf")
     else:
         conf = alloc_conf_from_env(script_environ(checkout, command.script, environ))
+    fp8_note = _fp8(plan, code, gpu.capability)
     fa3 = fa3_for(gpu.capability, dtype)
     setting = Setting(tuple(sorted(plan.config.items())), command.world_size, tuple(gpu.capability), fa3)
     card = SimpleNamespace(gpu=gpu, total_memory=gpu.total_memory)
     judge = _Judge(code, plan, setting, card, conf)
-    assumptions = list(plan.assumptions)
+    assumptions = list(plan.assumptions) + ([fp8_note] if fp8_note else [])
     assumptions.append(
         "attention: FA3 (nanochat loads it with the kernels package on sm80-sm90 in bfloat16), modelled as "
         "its output and log-sum-exp" if fa3 else "attention: nanochat's SDPA fallback (no FA3 on this card or dtype)"
@@ -234,6 +235,31 @@ def verdict(request: Request, progress=None) -> dict:
             plan.rule.accum(min(searched)) if plan.rule is not None and min(searched) else None
         )
     return out
+
+
+FP8_CAPABILITY = (8, 9)  # ATen's _scaled_mm_out_cuda: "only supported on CUDA devices with compute capability >= 9.0 or 8.9"
+
+
+def _fp8(plan, code, capability) -> str | None:
+    """base_train's --fp8: its training step with nanochat's Float8Linear (the plan's train phases
+    marked), or why not; the line the output says either way."""
+    if not plan.fp8:
+        return None
+    if tuple(capability) < FP8_CAPABILITY:
+        return (
+            f"--fp8 on compute capability {'.'.join(map(str, capability))}: base_train converts the Linear layers "
+            "anyway, and torch._scaled_mm (8.9 or newer) would stop its first training step with a RuntimeError, "
+            "not an out-of-memory error; predicted without fp8"
+        )
+    if code.fp8 is None:
+        return "--fp8: this checkout has no nanochat/fp8.py; predicted without fp8"
+    plan.phases = [replace(p, fp8=True) if p.kind == "train" else p for p in plan.phases]
+    return (
+        "--fp8: the training step with nanochat's Float8LinearConfig and convert_to_float8_training (base_train's "
+        "filter: dimensions multiples of 16, at least 128), run on fake tensors; evaluation and sampling in the "
+        "compute dtype (base_train's disable_fp8); each quantisation (nanochat/fp8.py's _to_fp8) as Inductor "
+        "fuses it in the compiled model: the float8 tensor and its scale, no float32 copy"
+    )
 
 
 def checkout_path(path: str) -> Path:

@@ -63,6 +63,7 @@ class PhaseSpec:
     top_k: int | None = None
     temperature: float = 0.0
     searched: bool = True  # whether batch is the --device-batch-size (the batch search's subject)
+    fp8: bool = False  # base_train's --fp8: its Linear layers converted to nanochat's Float8Linear
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,42 @@ def materialise(model, fake: bool) -> None:
         else:
             model.to_empty(device="cpu")
             model.init_weights()
+
+
+def fp8_module_filter(module, fqn: str) -> bool:
+    """base_train.py's fp8_module_filter: a Linear whose dimensions are multiples of 16 and at least 128
+    (the rule, restated: the function is local to the script, which oomguide never runs)."""
+    if not isinstance(module, torch.nn.Linear):
+        return False
+    if module.in_features % 16 or module.out_features % 16:
+        return False
+    return min(module.in_features, module.out_features) >= 128
+
+
+def to_float8(code, model) -> None:
+    """base_train.py's ``--fp8``: nanochat's own ``convert_to_float8_training`` (nanochat/fp8.py) with
+    the script's filter; the training step's Linear layers then quantise to float8 and multiply with
+    ``torch._scaled_mm``, which fake tensors run on the CPU as CUDA does on a card of capability 8.9+."""
+    fp8 = code.fp8
+    fp8.convert_to_float8_training(model, config=fp8.Float8LinearConfig.from_recipe_name("tensorwise"), module_filter_fn=fp8_module_filter)
+
+
+@contextmanager
+def _fused_quantisation(code):
+    """Inductor's kernel for nanochat/fp8.py's ``_to_fp8`` in the compiled training model: the amax,
+    the scaling, the clamp and the cast fuse into one pass that writes the float8 tensor and a float32
+    scalar; the float32 copies that the eager function makes (``x.float()``, ``x_scaled``) never exist."""
+    module, original = code.fp8, code.fp8._to_fp8
+
+    @torch.no_grad()
+    def fused(x, fp8_dtype):
+        return x.to(fp8_dtype), x.new_ones((), dtype=torch.float32)
+
+    module._to_fp8 = fused
+    try:
+        yield
+    finally:
+        module._to_fp8 = original
 
 
 class _Seqlens:
@@ -239,6 +276,10 @@ def run(code, setting: Setting, spec: PhaseSpec, batch: int, budget: int | None,
         stack.enter_context(_attention(code, setting.fa3, kernels.used))
         stack.enter_context(_eager_steps())
         materialise(model, fake)
+        if spec.fp8:
+            to_float8(code, model)
+            if spec.compiled:
+                stack.enter_context(_fused_quantisation(code))
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))  # nanochat's print0
         params = list(model.parameters())
         tracker.grads_of = params
