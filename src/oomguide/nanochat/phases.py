@@ -269,30 +269,29 @@ def run(code, setting: Setting, spec: PhaseSpec, batch: int, budget: int | None,
         stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
         stack.enter_context(process_group(setting.world_size))
-        model = build_meta(code, config)
-        if fake:
-            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        with_optimizer = spec.kind == "train" or spec.optimizer_state
+        key = (id(code), setting, spec.fp8, with_optimizer, spec.optimizer_state)
+        built = _BUILT.get(key) if fake else None
+        if built is None:
+            built = _Built(FakeTensorMode(allow_non_fake_inputs=True) if fake else None, build_meta(code, config))
+        if built.mode is not None:
+            stack.enter_context(built.mode)
         stack.enter_context(kernels)
         stack.enter_context(_attention(code, setting.fa3, kernels.used))
         stack.enter_context(_eager_steps())
-        materialise(model, fake)
-        if spec.fp8:
-            to_float8(code, model)
-            if spec.compiled:
-                stack.enter_context(_fused_quantisation(code))
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))  # nanochat's print0
+        if not built.ready:
+            _prepare(code, built, spec, with_optimizer, fake)
+            if fake:
+                _BUILT[key] = built
+        model, optimizer = built.model, built.optimizer
+        if spec.fp8 and spec.compiled:
+            stack.enter_context(_fused_quantisation(code))
         params = list(model.parameters())
         tracker.grads_of = params
         tracker.register(params, "weights")
         tracker.register(model.buffers(), "weights")
-        optimizer = None
-        if spec.kind == "train" or spec.optimizer_state:
-            optimizer = model.setup_optimizer()
         if spec.optimizer_state:
-            for p in params:  # the state as after a step (or as loaded), made untracked
-                p.grad = torch.zeros_like(p)
-            optimizer.step()
-            model.zero_grad(set_to_none=True)
             tracker.register([t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)], "optimizer_state")
         if spec.kind == "train":
             model.train()
@@ -311,6 +310,39 @@ def run(code, setting: Setting, spec: PhaseSpec, batch: int, budget: int | None,
         else:
             raise ValueError(f"unknown phase kind {spec.kind!r}")
     return tracker, sorted(kernels.used)
+
+
+@dataclass
+class _Built:
+    """nanochat's model (and optimizer, its state as after a step) as a run starts from it. On fake
+    tensors it is built once per model, card and kind of run (fp8, optimizer) and reused by every
+    later run, in its own FakeTensorMode: a run leaves it as it found it (gradients set to None, the
+    optimizer's state updated in place), as base_train leaves its model between steps."""
+
+    mode: object
+    model: object
+    optimizer: object = None
+    ready: bool = False
+
+
+_BUILT: dict = {}
+
+
+def _prepare(code, built: _Built, spec: PhaseSpec, with_optimizer: bool, fake: bool) -> None:
+    """Materialise the model as the scripts do, convert it for --fp8, make MuonAdamW's state as
+    after a step (untracked: the state is there before the phase starts)."""
+    model = built.model
+    materialise(model, fake)
+    if spec.fp8:
+        to_float8(code, model)
+    if with_optimizer:
+        built.optimizer = model.setup_optimizer()
+    if spec.optimizer_state:
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        built.optimizer.step()
+        model.zero_grad(set_to_none=True)
+    built.ready = True
 
 
 def _tokens(batch: int, seq: int, vocab: int):
