@@ -39,6 +39,7 @@ class Request:
     alloc_conf: str | None = None
     search: bool = True
     from_base: str | None = None
+    tokenizer: str | None = None  # the tok_train line that trained the tokenizer
 
 
 def fa3_for(capability: tuple, dtype: str) -> bool:
@@ -170,7 +171,7 @@ def verdict(request: Request, progress=None) -> dict:
     environ.update(command.env)
     dtype, dtype_why = nanochat_code.compute_dtype_for(gpu.capability, environ)
     code = nanochat_code.load(checkout, dtype)
-    plan = make_plan(code, checkout, command, args, request.from_base, environ)
+    plan = make_plan(code, checkout, command, args, request.from_base, environ, request.tokenizer)
     if request.alloc_conf is not None:
         conf = parse_alloc_conf(request.alloc_conf, "--alloc-conf")
     else:

@@ -95,10 +95,14 @@ class Plan:
     environ: dict = field(default_factory=dict)
 
 
-def vocab_size(checkout: Path) -> int:
-    """The tokenizer's vocabulary: tok_train.py's --vocab-size default (what speedrun.sh trains)."""
+def vocab_size(checkout: Path, tokenizer: str | None = None) -> tuple[int, str]:
+    """The tokenizer's vocabulary and where it comes from: the tok_train line that trained it
+    (``--tokenizer``), else tok_train.py's --vocab-size default (what speedrun.sh trains)."""
+    if tokenizer:
+        args = script_arguments(checkout, parse_line(tokenizer, accept=("tok_train",)))
+        return int(args.vocab_size), f"the tokenizer of --tokenizer (--vocab-size={args.vocab_size})"
     args = script_parser(checkout, "tok_train").parse_args([])
-    return int(args.vocab_size)
+    return int(args.vocab_size), "tok_train.py's --vocab-size default (the tokenizer speedrun.sh trains; --tokenizer names another)"
 
 
 def base_config(checkout: Path, args, vocab: int) -> dict:
@@ -150,10 +154,19 @@ def _accum(rule: BatchRule, dbs: int) -> int:
     return accum
 
 
-def make_plan(code, checkout: Path, command: Command, args, from_base: str | None = None, environ=None) -> Plan:
+def make_plan(
+    code, checkout: Path, command: Command, args, from_base: str | None = None, environ=None, tokenizer: str | None = None
+) -> Plan:
     environ = dict(os.environ if environ is None else environ)
     environ.update(command.env)
-    vocab = vocab_size(checkout)
+    vocab, vocab_from = vocab_size(checkout, tokenizer)
+    plan = _make(code, checkout, command, args, from_base, environ, vocab)
+    if plan.config["vocab_size"] == vocab:  # (a checkpoint's meta file names its own)
+        plan.assumptions.insert(0, f"vocabulary {vocab}: {vocab_from}")
+    return plan
+
+
+def _make(code, checkout: Path, command: Command, args, from_base, environ, vocab) -> Plan:
     world = command.world_size
     if command.script == "base_train":
         return _base_train(code, checkout, command, args, vocab)
