@@ -162,12 +162,13 @@ def _runs_as(spec):
     return replace(spec, grad_accum=min(spec.grad_accum, 2)) if spec.kind == "train" else spec
 
 
-def verdict(request: Request, progress=None) -> dict:
+def verdict(request: Request, progress=None, environ: dict | None = None) -> dict:
+    """`request` predicted; `environ`: the environment the reader runs it in (default: this process's)."""
     checkout = nanochat_code.check_checkout(request.checkout)
     command = parse_line(request.command)
     args = script_arguments(checkout, command)
     gpu = gpus.resolve_card(request.gpu, request.gpu_memory, request.capability)
-    environ = dict(os.environ)
+    environ = dict(os.environ if environ is None else environ)
     environ.update(command.env)
     dtype, dtype_why = nanochat_code.compute_dtype_for(gpu.capability, environ)
     code = nanochat_code.load(checkout, dtype)
