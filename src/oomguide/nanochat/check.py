@@ -75,6 +75,8 @@ class _Judge:
         spec = _runs_as(spec)
         key = repr((self.setting, spec))
         family = batches.family(key)
+        if search and len(family.runs) == 1 and batch not in family.runs:
+            self._second_run(spec, key, next(iter(family.runs)))  # the probes' second point, when first wanted
         if search and family.ready(batch) and batch not in family.runs:
             traces = family.traces(batch)
             result = PhaseResult(spec.name, "predicted", batch, family.peak(batch), 0, "", budget_bytes=self.budget)
@@ -103,12 +105,16 @@ class _Judge:
         reserved.judge(result, traces, len(traces) - 1, self.card.total_memory, self.conf)
         if spec.searched:
             batches.remember(key, batch, traces, tracker.peak)
-            if len(family.runs) == 1 and batch >= 1:
-                second = second_batch(batch)
-                tr2, _ = self._real(spec, second)
-                warm2 = self.warmup(spec, second)
-                batches.remember(key, second, [tr2.trace] if warm2 is None else [warm2, tr2.trace], tr2.peak)
         return result
+
+    def _second_run(self, spec, key, first: int) -> None:
+        """The family's second real run (``memory.batches``: two runs give every other batch's traces),
+        made only once a search asks for a batch no run has: a search that needs no probe (the
+        command's own batch is the largest the script accepts, and it fits) costs no second run."""
+        second = second_batch(first)
+        tracker, _ = self._real(spec, second)
+        warm = self.warmup(spec, second)
+        batches.remember(key, second, [tracker.trace] if warm is None else [warm, tracker.trace], tracker.peak)
 
     def largest(self, spec, progress=None) -> tuple[int, int | None]:
         """The largest --device-batch-size that fits and that the script accepts (``plan.rule``), with
@@ -148,8 +154,8 @@ class _Judge:
         plain: there a training step has one micro-step (no gradients alive during its forward), so
         its peak is at least that of the step with several micro-steps at the same batch (derived
         from that step's runs) less the gradients; over the budget, it cannot fit."""
-        if spec.kind != "train" or not rest or self.plan.rule.accum(top) != 1:
-            return True
+        if spec.kind != "train" or not rest or self.plan.rule.accum(top) != 1 or top == spec.batch:
+            return True  # (at the command's own batch, its run is already there)
         several = replace(spec, grad_accum=2)
         derived = self.predict(several, top, search=True)
         grads = self.predict(several, spec.batch).breakdown.get("gradients", 0)
