@@ -35,6 +35,10 @@ def cases():
 
 @pytest.fixture(scope="module")
 def verdicts(cases):
+    from oomguide.nanochat import cases as nanochat_cases
+
+    if any(c.nanochat for c in cases) and nanochat_cases.checkout() is None:
+        pytest.skip(nanochat_cases.MISSING)
     predictor = reports.Predictor()
     features = reports.engine_features()
     start = time.perf_counter()
@@ -66,6 +70,12 @@ def test_cases_are_public_reports_with_their_inferences_marked(cases):
                 assert key in marked or any(o.startswith(f"{key}=") for o in case.overrides), (
                     f"{where}: case.toml explains inferred {key!r}, but no config line marks it"
                 )
+        if case.nanochat is not None:
+            # the reporter's command line, run by oomguide.nanochat: what the report does not state about
+            # it (or the code it ran) is said in [inferred]
+            assert set(case.inferred) <= {*case.nanochat, "code"}, f"{where}: inferred keys name no [nanochat] entry"
+            assert "code" in case.inferred, f"{where}: say which nanochat code the prediction runs, and the reporter's"
+            assert not case.configs, f"{where}: a nanochat case is its command line, not a nanoGPT config"
         if case.message is not None:
             assert "out of memory" in case.message.lower(), f"{where}/message.txt is not an OOM message"
         # every config the case names is readable as train.py would read it

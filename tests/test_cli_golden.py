@@ -238,3 +238,71 @@ def test_error_lines_are_unchanged(capsys, request, cli_env):
         for lang in LANGS:
             parts.append(f"# {name}\n" + _run(capsys, [*args, "--lang", lang]))
     _compare(GOLDEN / "errors.txt", "\n".join(parts), update)
+
+
+# check --nanochat: lines of nanochat's own runs/ scripts, with the checkout the tests use
+NANOCHAT_ENV = "OOMGUIDE_NANOCHAT"
+NANOCHAT_SPEEDRUN = (
+    "torchrun --standalone --nproc_per_node=8 -m scripts.base_train -- --depth=24 "
+    "--target-param-data-ratio=8 --device-batch-size=16 --fp8 --run=dummy"
+)
+NANOCHAT_RUNCPU = (
+    "python -m scripts.base_train --depth=6 --head-dim=64 --window-pattern=L --max-seq-len=512 "
+    "--device-batch-size=32 --total-batch-size=16384 --eval-every=100 --eval-tokens=524288 "
+    "--core-metric-every=-1 --sample-every=100 --num-iterations=5000 --run=dummy"
+)
+NANOCHAT_CASES: list[tuple[str, tuple[str, ...]]] = [
+    ("nanochat-speedrun-base-train", ("--gpu", "H100 80GB", "--", *NANOCHAT_SPEEDRUN.split())),
+    ("nanochat-runcpu-base-train", ("--gpu", "RTX 4090", "--", *NANOCHAT_RUNCPU.split())),
+    (
+        "nanochat-speedrun-chat-sft",
+        ("--gpu", "H100 80GB", "--no-search", "--from-base", NANOCHAT_SPEEDRUN, "--",
+         "torchrun", "--standalone", "--nproc_per_node=8", "-m", "scripts.chat_sft", "--", "--run=dummy"),
+    ),
+    ("nanochat-tok-train-refused", ("--", "python", "-m", "scripts.tok_train")),
+    ("nanochat-batch-refused", ("--", "torchrun", "--nproc_per_node=8", "-m", "scripts.base_train", "--", "--device-batch-size=19")),
+]
+
+
+@pytest.fixture(scope="module")
+def nanochat_checkout():
+    import os
+
+    path = os.environ.get(NANOCHAT_ENV)
+    if not path or not (Path(path) / "nanochat" / "gpt.py").is_file():
+        pytest.skip(f"needs a nanochat checkout: {NANOCHAT_ENV}=PATH")
+    from oomguide.nanochat import check
+
+    mp = pytest.MonkeyPatch()
+    cache: dict = {}
+    verdict = check.verdict
+
+    def memo(request, progress=None, environ=None):  # one prediction per request, for every language
+        key = repr(request)
+        if key not in cache:
+            cache[key] = verdict(request, progress, environ)
+        return cache[key]
+
+    mp.setattr(check, "verdict", memo)
+    yield Path(path).resolve()
+    mp.undo()
+
+
+@pytest.mark.parametrize(("variant", "args"), NANOCHAT_CASES, ids=[v for v, _ in NANOCHAT_CASES])
+def test_check_nanochat_output_is_unchanged(capsys, request, cli_env, nanochat_checkout, variant, args):
+    """check --nanochat's text in every language and its JSON (the same in every language)."""
+    update = request.config.getoption("--update-golden")
+    at = args.index("--")
+    options, line = list(args[:at]), list(args[at:])
+
+    def run(*extra):
+        argv = ["check", "--nanochat", str(nanochat_checkout), *options, *extra, *line]
+        return _run(capsys, argv).replace(str(nanochat_checkout), "<nanochat>")
+
+    parts = [run("--lang", lang) for lang in LANGS]
+    _compare(GOLDEN / "check" / f"{variant}.txt", "\n".join(parts), update)
+    english = run("--json")
+    if "exit 2" not in english:
+        for lang in LANGS[1:]:
+            assert run("--json", "--lang", lang).replace(f" --lang {lang}", "", 1) == english
+        _compare(GOLDEN / "check" / f"{variant}.json", english, update)

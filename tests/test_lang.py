@@ -102,6 +102,76 @@ def test_common_errors_are_translated_with_their_figures(tmp_path):
                     assert value in translated, f"{lang}: {value!r} lost in {translated!r}"
 
 
+def nanochat_errors(tmp_path) -> list[str]:
+    """check --nanochat's one-line errors (the checkout, the command line, the script's own asserts),
+    raised by the library on a stand-in checkout: no nanochat needed."""
+    from oomguide.nanochat import code, command, plan
+
+    fake = tmp_path / "nanochat-like"
+    (fake / "nanochat").mkdir(parents=True)
+    (fake / "scripts").mkdir()
+    for name in ("gpt.py", "engine.py", "common.py", "flash_attention.py"):
+        (fake / "nanochat" / name).write_text("x = 1\n")
+    (fake / "nanochat" / "optim.py").write_text("import oomguide_no_such_module_here\n")
+    (fake / "scripts" / "base_train.py").write_text(
+        "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--depth', type=int, default=20)\n"
+    )
+    (fake / "scripts" / "chat_sft.py").write_text("x = 1\n")
+    (fake / "scripts" / "base_eval.py").write_text("parser.add_argument('--x', type=lambda s: s)\n")
+    (fake / "scripts" / "chat_cli.py").write_text("def (\n")
+    empty = tmp_path / "empty-gpt"
+    for name in ("gpt.py", "optim.py", "engine.py", "common.py", "flash_attention.py"):
+        (empty / "nanochat").mkdir(parents=True, exist_ok=True)
+        (empty / "nanochat" / name).write_text("x = 1\n")
+    (empty / "scripts").mkdir()
+    return [
+        _raised(command.parse_line, ""),
+        _raised(command.parse_line, "bash runs/speedrun.sh"),
+        _raised(command.parse_line, "python -m scripts.base_train 'unclosed"),
+        _raised(command.parse_line, "python -m nanochat.dataset -n 170 &"),
+        _raised(command.parse_line, "python -m scripts.tok_train --max-chars=2000000000"),
+        _raised(command.parse_line, "python -m scripts.tok_eval"),
+        _raised(command.parse_line, "python -m scripts.infer_bench"),
+        _raised(command.parse_line, "python -u"),
+        _raised(command.parse_line, "torchrun --nproc_per_node=x -m scripts.base_train"),
+        _raised(command.parse_line, "torchrun --standalone"),
+        _raised(code.check_checkout, tmp_path / "no-such-folder"),
+        _raised(code.check_checkout, tmp_path / "empty-gpt" / "scripts"),
+        _raised(code.load, fake, "bfloat16"),
+        _raised(code.load, empty, "bfloat16"),
+        _raised(code.compute_dtype_for, (8, 0), {"NANOCHAT_DTYPE": "int8"}),
+        _raised(command.script_parser, fake, "chat_rl"),
+        _raised(command.script_parser, fake, "chat_sft"),
+        _raised(command.script_parser, fake, "base_eval"),
+        _raised(command.script_parser, fake, "chat_cli"),
+        _raised(command.script_arguments, fake, command.Command("base_train", 1, ["--depth=abc"])),
+        _raised(plan._accum, plan.BatchRule("base_train", 1048576, 2048, 8), 19),
+        _raised(plan._accum, plan.BatchRule("chat_rl", 16, repeat=2), 3),
+        _raised(plan.base_model, None, fake, None, {}, "python -m scripts.base_eval", 32768),
+    ]
+
+
+def test_nanochat_errors_are_translated_with_their_values(tmp_path):
+    errors = nanochat_errors(tmp_path)
+    unmatched = [e for e in errors if messages.match(e) is None]
+    assert not unmatched, f"nanochat messages no msgid of oomguide.messages matches: {unmatched}"
+    for text in errors:
+        _, values = messages.match(text)
+        for lang in i18n.LANGS[1:]:
+            translated = messages.translate(text, lang)
+            assert translated != text, f"{lang}: left in English: {text}"
+            for value in values.values():
+                assert value in translated, f"{lang}: {value!r} lost in {translated!r}"
+
+
+@pytest.mark.parametrize("lang", ["ja", "fr"])
+def test_nanochat_error_line_in_the_language_exit_2(capsys, lang):
+    rc = main(["check", "--lang", lang, "--nanochat", "/no/such/nanochat", "--", "python", "-m", "scripts.base_train"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "/no/such/nanochat" in err
+    assert messages.translate("--nanochat /no/such/nanochat: no such directory", lang) in err
+
+
 def test_english_is_the_library_text_and_unknown_text_stays():
     text = "something the catalog never heard of: 3.00 GiB"
     assert messages.translate(text, "ja") == text

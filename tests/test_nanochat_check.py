@@ -121,7 +121,9 @@ def _cli(*args, lang="en"):
     [
         (["--nanochat", "/nonexistent/nanochat", "--", "python", "-m", "scripts.base_train"], "no such directory"),
         (["--nanochat", str(ROOT), "--", "python", "-m", "scripts.base_train"], "not a nanochat checkout"),
-        (["--nanochat", str(NANOCHAT), "--", "python", "-m", "scripts.tok_eval"], "not a nanochat script"),
+        (["--nanochat", str(NANOCHAT), "--", "python", "-m", "scripts.infer_bench"], "not a nanochat script"),
+        (["--nanochat", str(NANOCHAT), "--", "python", "-m", "scripts.tok_eval"], "not a memory-relevant script"),
+        (["--nanochat", str(NANOCHAT), "--", "python", "-m", "scripts.base_train", "--device-batch-size=3"], "assert"),
         (["--nanochat", str(NANOCHAT), "--", "python", "-m", "scripts.base_train", "--depth=abc"], "--depth"),
         (["--nanochat", str(NANOCHAT)], "no command after --"),
     ],
@@ -176,3 +178,104 @@ def test_explain_without_nanochat_frames_is_unchanged():
 
     text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU has 79.19 GiB total, 6.68 GiB free, 72.48 GiB in use by this process.\n"
     assert explain(text).matched_by == "search"
+
+
+# --- every line of the runs nanochat ships -------------------------------------------------------
+
+MEMORY_SCRIPTS = ("base_train", "base_eval", "chat_sft", "chat_rl", "chat_eval", "chat_cli", "chat_web")
+
+
+def _run_lines(name: str) -> list[str]:
+    """The command lines of runs/<name>: python and torchrun lines, backslash-continued ones joined,
+    and the commands it shows commented out for the reader to run (chat_cli)."""
+    lines = []
+    for raw in (NANOCHAT / "runs" / name).read_text(encoding="utf-8").replace("\\\n", " ").splitlines():
+        line = raw.strip()
+        if line.startswith("# ") and line[2:].startswith(("python -m scripts.", "torchrun ")):
+            line = line[2:]
+        if line.startswith(("python ", "torchrun ")):
+            lines.append(" ".join(line.split()))
+    return lines
+
+
+def _cases():
+    out = []
+    for name, gpu in (("speedrun.sh", "H100 80GB"), ("runcpu.sh", "RTX 4090")):
+        lines = _run_lines(name)
+        base = next(line for line in lines if "scripts.base_train" in line)
+        out += [pytest.param(name, gpu, line, base, id=f"{name}:{i}") for i, line in enumerate(lines)]
+    return out
+
+
+def test_the_runs_have_the_lines_this_test_reads():
+    speedrun, runcpu = _run_lines("speedrun.sh"), _run_lines("runcpu.sh")
+    for lines in (speedrun, runcpu):
+        for script in ("base_train", "base_eval", "chat_sft", "chat_cli", "tok_train", "nanochat.dataset"):
+            assert any(script in line for line in lines), script
+    assert any("scripts.chat_eval" in line for line in speedrun)
+
+
+@pytest.mark.parametrize("name, gpu, line, base", _cases())
+def test_every_line_of_the_runs_is_checked_or_refused_in_one_line(name, gpu, line, base, capsys):
+    """A line that trains, evaluates or samples gives each phase's figures (exit 0 or 1); a line of
+    another program (data download, tokenizer) is refused in one line naming why (exit 2)."""
+    import json
+
+    from oomguide.cli import main
+
+    from_base = [] if "scripts.base_train" in line else ["--from-base", base]
+    rc = main(["check", "--nanochat", str(NANOCHAT), "--gpu", gpu, "--json", "--no-search", *from_base, "--", line])
+    out, err = capsys.readouterr()
+    if any(f"scripts.{s}" in line for s in MEMORY_SCRIPTS):
+        assert rc in (0, 1), err
+        result = json.loads(out)
+        assert result["phases"], line
+        for phase in result["phases"].values():
+            assert phase["peak_bytes"] > 0 and phase["reserved_bytes"] >= phase["peak_bytes"] * 0.99
+            assert isinstance(phase["fits"], bool)
+    else:
+        assert rc == 2 and err.count("\n") == 1 and "not a memory-relevant script" in err, err
+
+
+def test_the_largest_batch_is_one_base_train_accepts():
+    """A card on which 5 rows fit and 6 do not: 5 is refused by base_train's assert (24576 tokens are no
+    multiple of 5 x 1024), so the answer is 4, with the 6 micro-steps the script then derives."""
+    from oomguide import units
+    from oomguide.nanochat import check
+
+    small = ["python", "-m", "scripts.base_train", "--depth=4", "--max-seq-len=1024", "--core-metric-every=-1", "--sample-every=-1", "--eval-every=-1"]
+
+    def run(batch, total, memory=units.GiB * 80, search=False):
+        request = check.Request(
+            str(NANOCHAT), [*small, f"--device-batch-size={batch}", f"--total-batch-size={total}"],
+            gpu_memory=memory, capability=(9, 0), search=search,
+        )
+        return check.verdict(request)
+
+    five = run(5, 5 * 1024 * 2)["phases"]["train_step"]
+    six = run(6, 6 * 1024 * 2)["phases"]["train_step"]
+    assert six["peak_bytes"] > five["reserved_bytes"]
+    card = units.CONTEXT_BYTES + (five["reserved_bytes"] + six["peak_bytes"]) // 2
+    assert run(5, 5 * 1024 * 2, memory=card)["fits"] and not run(6, 6 * 1024 * 2, memory=card)["fits"]
+    out = run(2, 24 * 1024, memory=card, search=True)
+    train = out["phases"]["train_step"]
+    assert out["accepted_device_batch_sizes"] == [1, 2, 3, 4, 6, 8, 12, 24]
+    assert (train["max_batch_size"], train["gradient_accumulation_steps"]) == (4, 6)
+    assert (out["largest_device_batch_size"], out["largest_device_batch_size_gradient_accumulation_steps"]) == (4, 6)
+
+
+def test_fp8_runs_nanochats_float8_linear_on_a_card_that_has_it():
+    from oomguide.nanochat import check
+
+    line = ["python", "-m", "scripts.base_train", "--depth=4", "--max-seq-len=1024", "--device-batch-size=8",
+            "--total-batch-size=16384", "--core-metric-every=-1", "--sample-every=-1", "--eval-every=-1", "--fp8"]
+    h100 = check.verdict(check.Request(str(NANOCHAT), line, gpu="H100 80GB", search=False))
+    a100 = check.verdict(check.Request(str(NANOCHAT), line, gpu="A100 80GB", search=False))
+    bf16 = check.verdict(check.Request(str(NANOCHAT), line[:-1], gpu="H100 80GB", search=False))
+    assert any("convert_to_float8_training" in a for a in h100["assumptions"])
+    assert any("_scaled_mm" in a and "RuntimeError" in a for a in a100["assumptions"])
+    ops = h100["phases"]["train_step"]["largest_allocation"] + str(h100["phases"]["train_step"]["breakdown"])
+    assert h100["phases"]["train_step"]["peak_bytes"] != bf16["phases"]["train_step"]["peak_bytes"], ops
+    assert a100["phases"]["train_step"]["peak_bytes"] == check.verdict(
+        check.Request(str(NANOCHAT), line[:-1], gpu="A100 80GB", search=False)
+    )["phases"]["train_step"]["peak_bytes"]

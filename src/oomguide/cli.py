@@ -125,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --nanochat: the base_train command line whose checkpoint the script loads (default: "
         "the checkpoint's meta file in $NANOCHAT_BASE_DIR, else base_train's defaults)",
     )
+    check.add_argument(
+        "--tokenizer",
+        metavar="LINE",
+        help="with --nanochat: the tok_train command line that trained the tokenizer, for its --vocab-size "
+        "(default: tok_train.py's default)",
+    )
     check.add_argument("--model", metavar="PATH", help="a nanoGPT model.py to run instead of the checkout's")
     check.add_argument(
         "--gpu-memory",
@@ -273,6 +279,7 @@ def run_nanochat(args) -> int:
         alloc_conf=args.alloc_conf,
         search=not args.no_search,
         from_base=args.from_base,
+        tokenizer=args.tokenizer,
     )
     out = check.verdict(request, progress=progress)
     if shown:

@@ -45,6 +45,39 @@ SHAPES = {"key": r"\w+", "option": r"--[\w-]+"}
 # Order matters where two could match the same text: the more specific first.
 MESSAGES: tuple[str, ...] = (
     ARGUMENT,  # first: its {reason} is one of the others
+    # TRANSLATORS: errors: check --nanochat, the checkout and the command line (nanochat/code.py,
+    # nanochat/command.py, nanochat/plan.py). {word}, {path}, {script}, {option}, {value}: as the
+    # reader typed them or as nanochat names them; {message}, {error}: English from argparse or Python.
+    N_("--nanochat takes the nanochat command after --, not config files or --set"),
+    N_("no command after --: give a nanochat command line, e.g. python -m scripts.base_train --depth=4"),
+    N_("--nanochat {path}: no such directory"),
+    N_("--nanochat {path}: not a nanochat checkout ({need} is missing)"),
+    N_("--nanochat {path}: nanochat's code cannot be imported: {error}"),
+    N_("--nanochat {path}: nanochat/gpt.py defines no {name}"),
+    N_("NANOCHAT_DTYPE={value}: nanochat knows bfloat16, float16, float32"),
+    N_(
+        "{word}: not a command oomguide can read; give the line that runs a nanochat script "
+        "(python -m scripts.X ... or torchrun ... -m scripts.X -- ...)"
+    ),
+    N_("cannot read the command line: {error}"),
+    N_("{word}: not a memory-relevant script: it downloads data shards and puts nothing on the GPU"),
+    N_("{word}: not a memory-relevant script: it trains the tokenizer on the CPU and puts nothing on the GPU"),
+    N_("{word}: not a memory-relevant script: it evaluates the tokenizer on the CPU and puts nothing on the GPU"),
+    N_("{word}: not a nanochat script oomguide predicts (known: {names})"),
+    N_("python without a script: give python -m scripts.X ..."),
+    N_("torchrun {option}={value}: give a number of processes (GPUs), e.g. 8"),
+    N_("torchrun without a script: give torchrun ... -m scripts.X -- ..."),
+    N_("{path}: no such script in the nanochat checkout"),
+    N_("{path}: cannot be read as Python: {error}"),
+    N_("{path}: an add_argument call oomguide cannot read without running the script (line {line})"),
+    N_("{path}: no argparse options found"),
+    N_("{script} would refuse the command line: {message}"),
+    N_(
+        "{script} would stop at its assert: total_batch_size ({total}) must be a multiple of device_batch_size "
+        "x max_seq_len x ranks ({batch} x {seq} x {world} = {product})"
+    ),
+    N_("{script} would stop at its assert: --num-samples ({total}) must be a multiple of --device-batch-size ({batch})"),
+    N_("--from-base: {script} is not base_train"),
     # TRANSLATORS: errors: the config files and overrides (config.py).
     # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
     # key, a figure), put back unchanged: keep them all.

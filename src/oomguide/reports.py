@@ -64,7 +64,8 @@ FEATURES = {
     "dropout_kernels": "CUDA's attention kernels and 1-byte dropout masks with dropout > 0",
     "compile": "torch.compile: Inductor's fused loss and what it keeps for backward",
     "ddp": "DDP's gradient buckets on each rank",
-    "architecture": "a model other than nanoGPT's GPT (nanochat, modded-nanogpt): not modelled",
+    "architecture": "a model other than nanoGPT's GPT (modded-nanogpt): not modelled",
+    "nanochat": "nanochat's own model, optimizer and scripts from a checkout (oomguide check --nanochat)",
     "outside_this_run": "memory held outside this run (other processes, the node): not predictable",
     "short_message": "the short OOM message form ('GPU has X total, Y free, Z in use')",
     "no_request_message": "'CUDA error: out of memory', a message with no request",
@@ -94,6 +95,7 @@ class Case:
     message: str | None
     message_complete: bool
     decided_by: list[str]
+    nanochat: dict | None = None  # [nanochat]: the reporter's command line, run by oomguide.nanochat
 
     @property
     def key(self) -> str:
@@ -170,7 +172,11 @@ def load_case(path: Path) -> Case:
         raise CaseError(f"{where}: card.capability must read like '8.6', got {capability!r}")
     if "capability" in card and not card.get("capability_from"):
         raise CaseError(f"{where}: card.capability_from must say where the card's capability comes from")
+    nanochat = data.get("nanochat")
+    if nanochat is not None and not isinstance(nanochat.get("command"), str):
+        raise CaseError(f"{where}: a [nanochat] table needs the reporter's command line as command")
     return Case(
+        nanochat=nanochat,
         id=path.name,
         path=path,
         source=source,
@@ -218,12 +224,20 @@ def engine_features() -> dict[str, bool]:
         "compile": _accepts(predict, "compiled"),
         "ddp": hasattr(_distributed(), "Parallel"),
         "architecture": False,
+        "nanochat": _nanochat_cases() is not None and _nanochat_cases().checkout() is not None,
         "outside_this_run": False,
         "short_message": _explain_reads(
             "Tried to allocate 8.00 GiB. GPU has 79.19 GiB total, 6.68 GiB free, 72.48 GiB in use by this process."
         ),
         "no_request_message": _explain_reads("RuntimeError: CUDA error: out of memory"),
     }
+
+
+def _nanochat_cases():
+    try:
+        return importlib.import_module("oomguide.nanochat.cases")
+    except ImportError:
+        return None
 
 
 def _explain_module():
@@ -448,7 +462,18 @@ def replay(case: Case, predictor: Predictor | None = None, features: dict | None
     config = case_config(case)
     checks: dict[str, Prediction] = {}
     failing = None
-    for check in _checks(config):
+    if case.nanochat is not None:  # the reporter's command line, with nanochat's own code
+        cache = CACHE_DIR if predictor.disk else None
+        phases = _nanochat_cases().replay(
+            case.nanochat, case.gpu_memory, case.capability, engine_digest=predictor.digest, cache_dir=cache
+        )
+        for phase in phases:
+            checks[phase["check"]] = Prediction(**phase)
+            if not phase["fits"]:
+                failing = phase["check"]
+                break
+        config = None
+    for check in _checks(config) if case.nanochat is None else ():
         pred = predictor(
             config,
             check,

@@ -14,7 +14,7 @@ allocator has cached. Never imports torch.cuda.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -39,6 +39,7 @@ class Request:
     alloc_conf: str | None = None
     search: bool = True
     from_base: str | None = None
+    tokenizer: str | None = None  # the tok_train line that trained the tokenizer
 
 
 def fa3_for(capability: tuple, dtype: str) -> bool:
@@ -56,7 +57,8 @@ class _Judge:
         self._traces: dict = {}
 
     def _real(self, spec, batch):
-        key = (spec.name, batch)
+        spec = _runs_as(spec)
+        key = (spec, batch)
         if key not in self._traces:
             tracker, used = run(self.code, self.setting, spec, batch, self.budget)
             self._traces[key] = (tracker, used)
@@ -70,8 +72,11 @@ class _Judge:
         return self._real(train, batch if spec.searched and train.searched else train.batch)[0].trace
 
     def predict(self, spec, batch, search: bool = False) -> PhaseResult:
+        spec = _runs_as(spec)
         key = repr((self.setting, spec))
         family = batches.family(key)
+        if search and len(family.runs) == 1 and batch not in family.runs:
+            self._second_run(spec, key, next(iter(family.runs)))  # the probes' second point, when first wanted
         if search and family.ready(batch) and batch not in family.runs:
             traces = family.traces(batch)
             result = PhaseResult(spec.name, "predicted", batch, family.peak(batch), 0, "", budget_bytes=self.budget)
@@ -100,41 +105,90 @@ class _Judge:
         reserved.judge(result, traces, len(traces) - 1, self.card.total_memory, self.conf)
         if spec.searched:
             batches.remember(key, batch, traces, tracker.peak)
-            if len(family.runs) == 1 and batch >= 1:
-                second = second_batch(batch)
-                tr2, _ = self._real(spec, second)
-                warm2 = self.warmup(spec, second)
-                batches.remember(key, second, [tr2.trace] if warm2 is None else [warm2, tr2.trace], tr2.peak)
         return result
 
-    def largest(self, spec, progress=None) -> int:
-        def predictor(config, phase, gpu_memory, *, batch_size, source=None, context_bytes=None, search=False):
-            return self.predict(spec, batch_size, search=search)
+    def _second_run(self, spec, key, first: int) -> None:
+        """The family's second real run (``memory.batches``: two runs give every other batch's traces),
+        made only once a search asks for a batch no run has: a search that needs no probe (the
+        command's own batch is the largest the script accepts, and it fits) costs no second run."""
+        second = second_batch(first)
+        tracker, _ = self._real(spec, second)
+        warm = self.warmup(spec, second)
+        batches.remember(key, second, [tracker.trace] if warm is None else [warm, tracker.trace], tracker.peak)
 
-        return max_batch_size(
-            SimpleNamespace(batch_size=spec.batch), spec.name, self.card.total_memory, predictor=predictor, progress=progress
-        )
+    def largest(self, spec, progress=None) -> tuple[int, int | None]:
+        """The largest --device-batch-size that fits and that the script accepts (``plan.rule``), with
+        the micro-steps the script derives there (None where it derives none)."""
+        rule = self.plan.rule
+        if rule is None:
+            def predictor(config, phase, gpu_memory, *, batch_size, source=None, context_bytes=None, search=False):
+                return self.predict(spec, batch_size, search=search)
+
+            found = max_batch_size(
+                SimpleNamespace(batch_size=spec.batch), spec.name, self.card.total_memory, predictor=predictor, progress=progress
+            )
+            return found, None
+        calls = [0]
+
+        def at(batch):  # the phase as the script runs it at `batch`: its own gradient accumulation
+            return replace(spec, grad_accum=rule.accum(batch)) if spec.kind == "train" else spec
+
+        def fits(batch) -> bool:
+            calls[0] += 1
+            if progress:
+                progress(calls[0])
+            return bool(self.predict(at(batch), batch, search=True).fits)
+
+        accepted = rule.accepted(rule.most())
+        *rest, top = accepted
+        if self._may_fit(spec, rest, top) and fits(top):
+            return top, rule.accum(top)
+        lo, hi = -1, len(rest)  # rest[lo] fits (-1: none known), rest[hi] does not (len: none known)
+        while hi - lo > 1:  # the peak grows with the batch at a fixed kind of step: bisection
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(rest[mid]) else (lo, mid)
+        return (rest[lo], rule.accum(rest[lo])) if lo >= 0 else (0, None)
+
+    def _may_fit(self, spec, rest, top) -> bool:
+        """Whether the largest accepted batch can fit, without a run of its own where the answer is
+        plain: there a training step has one micro-step (no gradients alive during its forward), so
+        its peak is at least that of the step with several micro-steps at the same batch (derived
+        from that step's runs) less the gradients; over the budget, it cannot fit."""
+        if spec.kind != "train" or not rest or self.plan.rule.accum(top) != 1 or top == spec.batch:
+            return True  # (at the command's own batch, its run is already there)
+        several = replace(spec, grad_accum=2)
+        derived = self.predict(several, top, search=True)
+        grads = self.predict(several, spec.batch).breakdown.get("gradients", 0)
+        return derived.peak_bytes - grads <= self.budget
 
 
-def verdict(request: Request, progress=None) -> dict:
+def _runs_as(spec):
+    """What a phase runs: a training step's second micro-step stands for every later one (``phases``),
+    so two or more micro-steps run alike and share their runs."""
+    return replace(spec, grad_accum=min(spec.grad_accum, 2)) if spec.kind == "train" else spec
+
+
+def verdict(request: Request, progress=None, environ: dict | None = None) -> dict:
+    """`request` predicted; `environ`: the environment the reader runs it in (default: this process's)."""
     checkout = nanochat_code.check_checkout(request.checkout)
     command = parse_line(request.command)
     args = script_arguments(checkout, command)
     gpu = gpus.resolve_card(request.gpu, request.gpu_memory, request.capability)
-    environ = dict(os.environ)
+    environ = dict(os.environ if environ is None else environ)
     environ.update(command.env)
     dtype, dtype_why = nanochat_code.compute_dtype_for(gpu.capability, environ)
     code = nanochat_code.load(checkout, dtype)
-    plan = make_plan(code, checkout, command, args, request.from_base, environ)
+    plan = make_plan(code, checkout, command, args, request.from_base, environ, request.tokenizer)
     if request.alloc_conf is not None:
         conf = parse_alloc_conf(request.alloc_conf, "--alloc-conf")
     else:
         conf = alloc_conf_from_env(script_environ(checkout, command.script, environ))
+    fp8_note = _fp8(plan, code, gpu.capability)
     fa3 = fa3_for(gpu.capability, dtype)
     setting = Setting(tuple(sorted(plan.config.items())), command.world_size, tuple(gpu.capability), fa3)
     card = SimpleNamespace(gpu=gpu, total_memory=gpu.total_memory)
     judge = _Judge(code, plan, setting, card, conf)
-    assumptions = list(plan.assumptions)
+    assumptions = list(plan.assumptions) + ([fp8_note] if fp8_note else [])
     assumptions.append(
         "attention: FA3 (nanochat loads it with the kernels package on sm80-sm90 in bfloat16), modelled as "
         "its output and log-sum-exp" if fa3 else "attention: nanochat's SDPA fallback (no FA3 on this card or dtype)"
@@ -158,6 +212,7 @@ def verdict(request: Request, progress=None) -> dict:
         "device_batch_size": plan.device_batch_size,
         "total_batch_size": plan.total_batch_size,
         "gradient_accumulation_steps": plan.grad_accum,
+        "accepted_device_batch_sizes": plan.rule.accepted(plan.rule.most()) if plan.rule is not None else None,
         "gpu": gpu.name,
         "gpu_memory_bytes": gpu.total_memory,
         "usable_bytes": units.usable_bytes(gpu.total_memory),
@@ -175,11 +230,44 @@ def verdict(request: Request, progress=None) -> dict:
         entry = result.to_json()
         if request.search and spec.searched:
             report = progress(spec.name) if progress else None
-            entry["max_batch_size"] = judge.largest(spec, report)
+            entry["max_batch_size"], accum = judge.largest(spec, report)
             entry["searched"] = "device_batch_size"
+            if plan.rule is not None and spec.kind == "train":
+                entry["gradient_accumulation_steps"] = accum  # what the script derives at that batch
         out["phases"][spec.name] = entry
     out["fits"] = all(p["fits"] for p in out["phases"].values())
+    searched = [p["max_batch_size"] for p in out["phases"].values() if "max_batch_size" in p]
+    if searched:  # the run's answer: every searched phase runs with the one --device-batch-size
+        out["largest_device_batch_size"] = min(searched)
+        out["largest_device_batch_size_gradient_accumulation_steps"] = (
+            plan.rule.accum(min(searched)) if plan.rule is not None and min(searched) else None
+        )
     return out
+
+
+FP8_CAPABILITY = (8, 9)  # ATen's _scaled_mm_out_cuda: "only supported on CUDA devices with compute capability >= 9.0 or 8.9"
+
+
+def _fp8(plan, code, capability) -> str | None:
+    """base_train's --fp8: its training step with nanochat's Float8Linear (the plan's train phases
+    marked), or why not; the line the output says either way."""
+    if not plan.fp8:
+        return None
+    if tuple(capability) < FP8_CAPABILITY:
+        return (
+            f"--fp8 on compute capability {'.'.join(map(str, capability))}: base_train converts the Linear layers "
+            "anyway, and torch._scaled_mm (8.9 or newer) would stop its first training step with a RuntimeError, "
+            "not an out-of-memory error; predicted without fp8"
+        )
+    if code.fp8 is None:
+        return "--fp8: this checkout has no nanochat/fp8.py; predicted without fp8"
+    plan.phases = [replace(p, fp8=True) if p.kind == "train" else p for p in plan.phases]
+    return (
+        "--fp8: the training step with nanochat's Float8LinearConfig and convert_to_float8_training (base_train's "
+        "filter: dimensions multiples of 16, at least 128), run on fake tensors; evaluation and sampling in the "
+        "compute dtype (base_train's disable_fp8); each quantisation (nanochat/fp8.py's _to_fp8) as Inductor "
+        "fuses it in the compiled model: the float8 tensor and its scale, no float32 copy"
+    )
 
 
 def checkout_path(path: str) -> Path:

@@ -2,7 +2,8 @@
 where ``sys.path`` is touched.
 
 What it does: ``load(path, compute_dtype)`` imports ``nanochat.gpt`` (GPT, GPTConfig),
-``nanochat.optim`` (MuonAdamW), ``nanochat.flash_attention`` and ``nanochat.engine`` (KVCache)
+``nanochat.optim`` (MuonAdamW), ``nanochat.flash_attention``, ``nanochat.engine`` (KVCache) and
+``nanochat.fp8`` (Float8Linear, for base_train's ``--fp8``)
 from the checkout at `path`, with nanochat's ``NANOCHAT_DTYPE`` set to the compute dtype the card
 gives (nanochat/common.py's ``_detect_compute_dtype``: bfloat16 from compute capability 8.0, float32
 before, unless the reader's environment sets ``NANOCHAT_DTYPE``). nanochat reads that dtype once,
@@ -52,6 +53,7 @@ class Code:
     engine: types.ModuleType | None
     common: types.ModuleType
     stood_in: list = field(default_factory=list)
+    fp8: types.ModuleType | None = None  # nanochat/fp8.py (Float8Linear), where the checkout has it
 
 
 def check_checkout(path) -> Path:
@@ -103,6 +105,10 @@ def load(path, compute_dtype: str) -> Code:
             modules["engine"] = importlib.import_module("nanochat.engine")
         except ImportError:
             modules["engine"] = None
+        try:
+            modules["fp8"] = importlib.import_module("nanochat.fp8")
+        except ImportError:
+            modules["fp8"] = None
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
         raise NotNanochat(
@@ -131,6 +137,7 @@ def load(path, compute_dtype: str) -> Code:
         modules["engine"],
         modules["common"],
         [n for n in stood_in if "." not in n],
+        modules["fp8"],
     )
     _CACHE[key] = code
     return code

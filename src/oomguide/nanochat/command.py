@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # the scripts the prediction knows (their phases: ``plan``); others are refused with this list
-SCRIPTS = ("base_train", "base_eval", "chat_sft", "chat_rl", "chat_cli", "chat_web")
+SCRIPTS = ("base_train", "base_eval", "chat_sft", "chat_rl", "chat_eval", "chat_cli", "chat_web")
+# programs of runs/speedrun.sh and runs/runcpu.sh that put nothing on the GPU: the line said for each
+# (the sentences are msgids of oomguide.messages)
+NOT_ON_THE_GPU = {
+    "nanochat.dataset": "{word}: not a memory-relevant script: it downloads data shards and puts nothing on the GPU",
+    "tok_train": "{word}: not a memory-relevant script: it trains the tokenizer on the CPU and puts nothing on the GPU",
+    "tok_eval": "{word}: not a memory-relevant script: it evaluates the tokenizer on the CPU and puts nothing on the GPU",
+}
 
 
 class BadCommand(ValueError):
@@ -43,12 +50,15 @@ class Command:
     launcher: str = "python"  # "python" or "torchrun"
 
 
-def parse_line(line) -> Command:
-    """Read a command line (a string, or its words) as the shell and torchrun/python would."""
+def parse_line(line, accept=SCRIPTS) -> Command:
+    """Read a command line (a string, or its words) as the shell and torchrun/python would; `accept`:
+    the scripts it may run (``tok_train`` for ``--tokenizer``)."""
     words = list(line) if not isinstance(line, str) else _split(line)
     words = [w for w in words if w not in ("\\", "")]
     if len(words) == 1 and " " in words[0]:
         words = _split(words[0])  # the whole line given as one quoted word
+    if words[-1:] == ["&"]:
+        words = words[:-1]  # run in the background (speedrun.sh's second download)
     env = {}
     while words and "=" in words[0] and not words[0].startswith("-") and words[0].split("=")[0].isidentifier():
         key, _, value = words.pop(0).partition("=")
@@ -60,9 +70,9 @@ def parse_line(line) -> Command:
     if program == "torchrun" or (program.startswith("python") and rest[:2] == ["-m", "torch.distributed.run"]):
         if program != "torchrun":
             rest = rest[2:]
-        return _torchrun(rest, env)
+        return _torchrun(rest, env, accept)
     if program.startswith("python"):
-        return _python(rest, env)
+        return _python(rest, env, accept)
     raise BadCommand(
         f"{words[0]}: not a command oomguide can read; give the line that runs a nanochat script "
         "(python -m scripts.X ... or torchrun ... -m scripts.X -- ...)"
@@ -76,24 +86,26 @@ def _split(line: str) -> list[str]:
         raise BadCommand(f"cannot read the command line: {exc}") from None
 
 
-def _script_of(word: str) -> str:
+def _script_of(word: str, accept=SCRIPTS) -> str:
     name = word.removesuffix(".py").replace("/", ".").removeprefix("scripts.")
-    if name not in SCRIPTS:
-        raise BadCommand(f"{word}: not a nanochat script oomguide predicts (known: {', '.join(SCRIPTS)})")
-    return name
+    if name in accept:
+        return name
+    if name in NOT_ON_THE_GPU:
+        raise BadCommand(NOT_ON_THE_GPU[name].format(word=word))
+    raise BadCommand(f"{word}: not a nanochat script oomguide predicts (known: {', '.join(accept)})")
 
 
-def _python(rest: list[str], env: dict) -> Command:
+def _python(rest: list[str], env: dict, accept=SCRIPTS) -> Command:
     while rest and rest[0].startswith("-") and rest[0] != "-m":
         rest = rest[1:]  # interpreter flags (-u, -O)
     if rest[:1] == ["-m"] and len(rest) >= 2:
-        return Command(_script_of(rest[1]), 1, _after_dashes(rest[2:]), env)
+        return Command(_script_of(rest[1], accept), 1, _after_dashes(rest[2:]), env)
     if rest:
-        return Command(_script_of(rest[0]), 1, _after_dashes(rest[1:]), env)
+        return Command(_script_of(rest[0], accept), 1, _after_dashes(rest[1:]), env)
     raise BadCommand("python without a script: give python -m scripts.X ...")
 
 
-def _torchrun(rest: list[str], env: dict) -> Command:
+def _torchrun(rest: list[str], env: dict, accept=SCRIPTS) -> Command:
     """torchrun's own options come before the script (torch/distributed/run.py's parser)."""
     nproc, i = 1, 0
     while i < len(rest) and rest[i].startswith("-") and rest[i] not in ("-m", "--module"):
@@ -109,9 +121,9 @@ def _torchrun(rest: list[str], env: dict) -> Command:
         i += 1
     rest = rest[i:]
     if rest[:1] in (["-m"], ["--module"]) and len(rest) >= 2:
-        return Command(_script_of(rest[1]), nproc, _after_dashes(rest[2:]), env, "torchrun")
+        return Command(_script_of(rest[1], accept), nproc, _after_dashes(rest[2:]), env, "torchrun")
     if rest:
-        return Command(_script_of(rest[0]), nproc, _after_dashes(rest[1:]), env, "torchrun")
+        return Command(_script_of(rest[0], accept), nproc, _after_dashes(rest[1:]), env, "torchrun")
     raise BadCommand("torchrun without a script: give torchrun ... -m scripts.X -- ...")
 
 
@@ -186,7 +198,7 @@ def script_parser(checkout: Path, script: str) -> argparse.ArgumentParser:
 
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message):
-        raise BadCommand(f"{self.prog}: {message}")
+        raise BadCommand(f"{self.prog} would refuse the command line: {message}")
 
 
 def script_arguments(checkout: Path, command: Command) -> argparse.Namespace:

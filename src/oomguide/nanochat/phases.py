@@ -12,6 +12,7 @@ nanochat shards it), and runs the phase tracked by oomguide's ``AllocationTracke
 - ``bpb``: nanochat/loss_eval.py's ``evaluate_bpb`` forward (``model(x, y, loss_reduction='none')``
   under ``no_grad``); its data-dependent lines (``.any()``, ``.item()``) are not run (scalars);
 - ``core``: nanochat/core_eval.py's ``forward_model`` (logits, cross_entropy per token, argmax);
+- ``forward``: scripts/chat_eval.py's ``run_categorical_eval`` (a batch of prompts, its logits);
 - ``generate``: nanochat/engine.py's ``Engine.generate``: a batch-1 prefill into its ``KVCache``,
   the cache for the samples, the prefill copied in, decode steps (the first two: every later one
   allocates the same), ``sample_next_token``. The cache's position is kept in Python (its int32
@@ -51,7 +52,7 @@ class PhaseSpec:
     """What one phase runs (``plan`` makes these from the script's arguments)."""
 
     name: str
-    kind: str  # train, bpb, core, generate
+    kind: str  # train, bpb, core, forward, generate
     batch: int  # the rows of a forward (device batch size, samples, CORE's choices)
     seq_len: int = 0  # tokens per row (train, bpb, core)
     compiled: bool = False
@@ -62,6 +63,7 @@ class PhaseSpec:
     top_k: int | None = None
     temperature: float = 0.0
     searched: bool = True  # whether batch is the --device-batch-size (the batch search's subject)
+    fp8: bool = False  # base_train's --fp8: its Linear layers converted to nanochat's Float8Linear
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,42 @@ def materialise(model, fake: bool) -> None:
         else:
             model.to_empty(device="cpu")
             model.init_weights()
+
+
+def fp8_module_filter(module, fqn: str) -> bool:
+    """base_train.py's fp8_module_filter: a Linear whose dimensions are multiples of 16 and at least 128
+    (the rule, restated: the function is local to the script, which oomguide never runs)."""
+    if not isinstance(module, torch.nn.Linear):
+        return False
+    if module.in_features % 16 or module.out_features % 16:
+        return False
+    return min(module.in_features, module.out_features) >= 128
+
+
+def to_float8(code, model) -> None:
+    """base_train.py's ``--fp8``: nanochat's own ``convert_to_float8_training`` (nanochat/fp8.py) with
+    the script's filter; the training step's Linear layers then quantise to float8 and multiply with
+    ``torch._scaled_mm``, which fake tensors run on the CPU as CUDA does on a card of capability 8.9+."""
+    fp8 = code.fp8
+    fp8.convert_to_float8_training(model, config=fp8.Float8LinearConfig.from_recipe_name("tensorwise"), module_filter_fn=fp8_module_filter)
+
+
+@contextmanager
+def _fused_quantisation(code):
+    """Inductor's kernel for nanochat/fp8.py's ``_to_fp8`` in the compiled training model: the amax,
+    the scaling, the clamp and the cast fuse into one pass that writes the float8 tensor and a float32
+    scalar; the float32 copies that the eager function makes (``x.float()``, ``x_scaled``) never exist."""
+    module, original = code.fp8, code.fp8._to_fp8
+
+    @torch.no_grad()
+    def fused(x, fp8_dtype):
+        return x.to(fp8_dtype), x.new_ones((), dtype=torch.float32)
+
+    module._to_fp8 = fused
+    try:
+        yield
+    finally:
+        module._to_fp8 = original
 
 
 class _Seqlens:
@@ -231,26 +269,29 @@ def run(code, setting: Setting, spec: PhaseSpec, batch: int, budget: int | None,
         stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
         stack.enter_context(process_group(setting.world_size))
-        model = build_meta(code, config)
-        if fake:
-            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        with_optimizer = spec.kind == "train" or spec.optimizer_state
+        key = (id(code), setting, spec.fp8, with_optimizer, spec.optimizer_state)
+        built = _BUILT.get(key) if fake else None
+        if built is None:
+            built = _Built(FakeTensorMode(allow_non_fake_inputs=True) if fake else None, build_meta(code, config))
+        if built.mode is not None:
+            stack.enter_context(built.mode)
         stack.enter_context(kernels)
         stack.enter_context(_attention(code, setting.fa3, kernels.used))
         stack.enter_context(_eager_steps())
-        materialise(model, fake)
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))  # nanochat's print0
+        if not built.ready:
+            _prepare(code, built, spec, with_optimizer, fake)
+            if fake:
+                _BUILT[key] = built
+        model, optimizer = built.model, built.optimizer
+        if spec.fp8 and spec.compiled:
+            stack.enter_context(_fused_quantisation(code))
         params = list(model.parameters())
         tracker.grads_of = params
         tracker.register(params, "weights")
         tracker.register(model.buffers(), "weights")
-        optimizer = None
-        if spec.kind == "train" or spec.optimizer_state:
-            optimizer = model.setup_optimizer()
         if spec.optimizer_state:
-            for p in params:  # the state as after a step (or as loaded), made untracked
-                p.grad = torch.zeros_like(p)
-            optimizer.step()
-            model.zero_grad(set_to_none=True)
             tracker.register([t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)], "optimizer_state")
         if spec.kind == "train":
             model.train()
@@ -260,7 +301,7 @@ def run(code, setting: Setting, spec: PhaseSpec, batch: int, budget: int | None,
             stack.enter_context(CompiledHead({vocab, model.lm_head.weight.shape[0]}))
         if spec.kind == "train":
             _train(model, optimizer, spec, batch, vocab, tracker)
-        elif spec.kind in ("bpb", "core"):
+        elif spec.kind in ("bpb", "core", "forward"):
             with torch.no_grad():
                 _evaluate(model, spec, batch, vocab, tracker)
         elif spec.kind == "generate":
@@ -269,6 +310,39 @@ def run(code, setting: Setting, spec: PhaseSpec, batch: int, budget: int | None,
         else:
             raise ValueError(f"unknown phase kind {spec.kind!r}")
     return tracker, sorted(kernels.used)
+
+
+@dataclass
+class _Built:
+    """nanochat's model (and optimizer, its state as after a step) as a run starts from it. On fake
+    tensors it is built once per model, card and kind of run (fp8, optimizer) and reused by every
+    later run, in its own FakeTensorMode: a run leaves it as it found it (gradients set to None, the
+    optimizer's state updated in place), as base_train leaves its model between steps."""
+
+    mode: object
+    model: object
+    optimizer: object = None
+    ready: bool = False
+
+
+_BUILT: dict = {}
+
+
+def _prepare(code, built: _Built, spec: PhaseSpec, with_optimizer: bool, fake: bool) -> None:
+    """Materialise the model as the scripts do, convert it for --fp8, make MuonAdamW's state as
+    after a step (untracked: the state is there before the phase starts)."""
+    model = built.model
+    materialise(model, fake)
+    if spec.fp8:
+        to_float8(code, model)
+    if with_optimizer:
+        built.optimizer = model.setup_optimizer()
+    if spec.optimizer_state:
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        built.optimizer.step()
+        model.zero_grad(set_to_none=True)
+    built.ready = True
 
 
 def _tokens(batch: int, seq: int, vocab: int):
@@ -314,6 +388,11 @@ def _evaluate(model, spec, batch, vocab, tracker):
         return
     input_ids = _tokens(batch, spec.seq_len, vocab)
     tracker.register([input_ids], "activations")
+    if spec.kind == "forward":
+        with tracker:  # scripts/chat_eval.py, run_categorical_eval: the batch's logits, argmax of a few
+            logits = model(input_ids)
+            logits[0, -1, :4].argmax(dim=-1)
+        return
     with tracker:  # nanochat/core_eval.py, forward_model
         outputs = model(input_ids)
         target_ids = torch.roll(input_ids, shifts=-1, dims=1)

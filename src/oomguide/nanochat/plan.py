@@ -35,6 +35,50 @@ SAMPLE_PROMPT = 16  # tokens of base_train's and base_eval's sample prompts (a s
 RL_PROMPT = 512  # tokens of a GSM8K question rendered for completion (assumed)
 
 
+@dataclass(frozen=True)
+class BatchRule:
+    """The ``--device-batch-size`` values a script accepts, and the micro-steps it derives from one.
+
+    base_train.py and chat_sft.py: ``assert total_batch_size % (device_batch_size * max_seq_len *
+    ddp_world_size) == 0``, then ``grad_accum_steps = total_batch_size // that``; chat_rl.py: ``assert
+    inputs_all.size(0) % args.device_batch_size == 0`` (its --num-samples rows per example),
+    ``num_passes`` passes per example and ``examples_per_step // ddp_world_size`` examples per step,
+    every pass's gradients accumulated before the step."""
+
+    script: str
+    total: int  # tokens per step on all ranks (base_train, chat_sft), or samples per example (chat_rl)
+    seq: int = 1  # tokens per row (max_seq_len); 1 for chat_rl
+    world: int = 1  # ranks; 1 for chat_rl
+    repeat: int = 1  # micro-steps per step that do not depend on the batch (chat_rl's examples per rank)
+
+    def accum(self, batch: int) -> int | None:
+        """The micro-steps (gradient accumulation) the script derives at `batch`, or None: refused."""
+        if batch < 1 or self.total % (batch * self.seq * self.world):
+            return None
+        return self.repeat * (self.total // (batch * self.seq * self.world))
+
+    def most(self) -> int:
+        """The largest batch the script accepts: one micro-step of the whole step."""
+        return self.total // (self.seq * self.world)
+
+    def accepted(self, upto: int) -> list[int]:
+        """The batch sizes from 1 to `upto` that the script accepts, ascending."""
+        return [b for b in range(1, upto + 1) if self.accum(b) is not None]
+
+    def refusal(self, batch: int) -> str:
+        """The assert the script stops at for `batch`, in one line."""
+        if self.seq == 1:
+            return (
+                f"scripts.{self.script} would stop at its assert: --num-samples ({self.total}) must be a multiple of "
+                f"--device-batch-size ({batch})"
+            )
+        return (
+            f"scripts.{self.script} would stop at its assert: total_batch_size ({self.total}) must be a multiple of "
+            f"device_batch_size x max_seq_len x ranks ({batch} x {self.seq} x {self.world} = "
+            f"{batch * self.seq * self.world})"
+        )
+
+
 @dataclass
 class Plan:
     script: str
@@ -46,14 +90,19 @@ class Plan:
     total_batch_size: int | None = None
     model_from: str = ""
     fp8: bool = False
+    rule: BatchRule | None = None  # the --device-batch-size values the script accepts (None: any)
     assumptions: list = field(default_factory=list)
     environ: dict = field(default_factory=dict)
 
 
-def vocab_size(checkout: Path) -> int:
-    """The tokenizer's vocabulary: tok_train.py's --vocab-size default (what speedrun.sh trains)."""
+def vocab_size(checkout: Path, tokenizer: str | None = None) -> tuple[int, str]:
+    """The tokenizer's vocabulary and where it comes from: the tok_train line that trained it
+    (``--tokenizer``), else tok_train.py's --vocab-size default (what speedrun.sh trains)."""
+    if tokenizer:
+        args = script_arguments(checkout, parse_line(tokenizer, accept=("tok_train",)))
+        return int(args.vocab_size), f"the tokenizer of --tokenizer (--vocab-size={args.vocab_size})"
     args = script_parser(checkout, "tok_train").parse_args([])
-    return int(args.vocab_size)
+    return int(args.vocab_size), "tok_train.py's --vocab-size default (the tokenizer speedrun.sh trains; --tokenizer names another)"
 
 
 def base_config(checkout: Path, args, vocab: int) -> dict:
@@ -98,24 +147,30 @@ def _with(args, **changes):
     return out
 
 
-def _accum(total: int, dbs: int, seq: int, world: int, script: str) -> int:
-    per_step = dbs * seq * world
-    if total % per_step:
-        raise BadCommand(
-            f"scripts.{script} would stop at its assert: total_batch_size ({total}) must be a multiple of "
-            f"device_batch_size x max_seq_len x ranks ({dbs} x {seq} x {world} = {per_step})"
-        )
-    return total // per_step
+def _accum(rule: BatchRule, dbs: int) -> int:
+    accum = rule.accum(dbs)
+    if accum is None:
+        raise BadCommand(rule.refusal(dbs))
+    return accum
 
 
-def make_plan(code, checkout: Path, command: Command, args, from_base: str | None = None, environ=None) -> Plan:
+def make_plan(
+    code, checkout: Path, command: Command, args, from_base: str | None = None, environ=None, tokenizer: str | None = None
+) -> Plan:
     environ = dict(os.environ if environ is None else environ)
     environ.update(command.env)
-    vocab = vocab_size(checkout)
+    vocab, vocab_from = vocab_size(checkout, tokenizer)
+    plan = _make(code, checkout, command, args, from_base, environ, vocab)
+    if plan.config["vocab_size"] == vocab:  # (a checkpoint's meta file names its own)
+        plan.assumptions.insert(0, f"vocabulary {vocab}: {vocab_from}")
+    return plan
+
+
+def _make(code, checkout: Path, command: Command, args, from_base, environ, vocab) -> Plan:
     world = command.world_size
     if command.script == "base_train":
         return _base_train(code, checkout, command, args, vocab)
-    config, meta, source = base_model(checkout, args, environ, from_base, vocab)
+    config, meta, source = base_model(code, checkout, args, environ, from_base, vocab, getattr(args, "source", None) or _SOURCE.get(command.script, "base"))
     plan = Plan(command.script, world, config, [], None, model_from=source)
     seq = config["sequence_len"]
     if command.script == "base_eval":
@@ -134,24 +189,59 @@ def make_plan(code, checkout: Path, command: Command, args, from_base: str | Non
             value = getattr(args, name)
             inherited[name] = value if value is not None else meta.get(name, fallback)
         seq, dbs, total = inherited["max_seq_len"], inherited["device_batch_size"], inherited["total_batch_size"]
-        accum = _accum(total, dbs, seq, world, "chat_sft")
+        plan.rule = BatchRule("chat_sft", total, seq, world)
+        accum = _accum(plan.rule, dbs)
         plan.device_batch_size, plan.grad_accum, plan.total_batch_size = dbs, accum, total
         plan.phases.append(PhaseSpec("train_step", "train", dbs, seq, compiled=True, grad_accum=accum))
         if args.eval_every > 0:
             plan.phases.append(PhaseSpec("val_bpb", "bpb", dbs, seq, compiled=True))
-        plan.assumptions.append("ChatCORE evaluation (generative, on the uncompiled model) not modelled")
+        if args.chatcore_every > 0:
+            plan.phases += _chat_eval_phases(dbs, seq, num_samples=1, max_new_tokens=512, top_k=50, temperature=0.0)
+            plan.assumptions.append(_CHAT_EVAL_ASSUMPTION.format(prompt=CHAT_PROMPT, seq=seq))
+    elif command.script == "chat_eval":
+        tasks = set(args.task_name.split("|")) if args.task_name else set(CHAT_TASKS)
+        plan.device_batch_size = args.batch_size
+        phases = _chat_eval_phases(args.batch_size, seq, args.num_samples, args.max_new_tokens, args.top_k, args.temperature)
+        kinds = {CHAT_TASKS.get(t) for t in tasks}
+        plan.phases += [p for p in phases if p.name.removeprefix("chat_eval_") in kinds]
+        plan.assumptions.append(_CHAT_EVAL_ASSUMPTION.format(prompt=CHAT_PROMPT, seq=seq))
     elif command.script == "chat_rl":
         dbs = args.device_batch_size
-        plan.device_batch_size = dbs
+        plan.rule = BatchRule("chat_rl", args.num_samples, repeat=max(1, args.examples_per_step // world))
+        accum = _accum(plan.rule, dbs)
+        plan.device_batch_size, plan.grad_accum = dbs, accum
         length = RL_PROMPT + args.max_new_tokens
         plan.phases.append(PhaseSpec("rollout", "generate", dbs, prompt=RL_PROMPT, max_tokens=args.max_new_tokens, top_k=args.top_k, temperature=args.temperature))
-        plan.phases.append(PhaseSpec("train_step", "train", dbs, length, grad_accum=max(1, args.num_samples // dbs)))
+        plan.phases.append(PhaseSpec("train_step", "train", dbs, length, grad_accum=accum))
         plan.assumptions.append(f"chat_rl: a GSM8K prompt of {RL_PROMPT} tokens, every sample generated to --max-new-tokens")
     elif command.script in ("chat_cli", "chat_web"):
         max_tokens = 256  # chat_cli.py's generate_kwargs
         plan.phases.append(PhaseSpec("chat", "generate", 1, prompt=seq - max_tokens, max_tokens=max_tokens, top_k=args.top_k, temperature=args.temperature, optimizer_state=False, searched=False))
         plan.assumptions.append(f"chat: a conversation as long as the model's context ({seq - max_tokens} tokens before the reply of 256)")
     return plan
+
+
+# the checkpoint folder each script loads (nanochat/checkpoint_manager.py's load_model sources)
+_SOURCE = {"chat_rl": "sft", "chat_cli": "sft", "chat_web": "sft", "chat_eval": "sft"}
+# scripts/chat_eval.py's tasks: categorical ones forward a batch of prompts, generative ones sample
+CHAT_TASKS = {"ARC-Easy": "categorical", "ARC-Challenge": "categorical", "MMLU": "categorical", "GSM8K": "generative", "HumanEval": "generative"}
+CHAT_PROMPT = 512  # tokens of a generative task's prompt (assumed, as chat_rl's)
+_CHAT_EVAL_ASSUMPTION = (
+    "chat evaluation: categorical prompts padded to the model's context ({seq} tokens, an upper bound), "
+    "generative prompts of {prompt} tokens (the task data is not read)"
+)
+
+
+def _chat_eval_phases(batch, seq, num_samples, max_new_tokens, top_k, temperature):
+    """scripts/chat_eval.py's run_categorical_eval (a batch of prompts forwarded, logits (B, T, V))
+    and run_generative_eval (Engine.generate_batch of --num-samples), on the uncompiled model."""
+    return [
+        PhaseSpec("chat_eval_categorical", "forward", batch, seq, optimizer_state=False, searched=False),
+        PhaseSpec(
+            "chat_eval_generative", "generate", num_samples, prompt=CHAT_PROMPT, max_tokens=max_new_tokens,
+            top_k=top_k or None, temperature=temperature, optimizer_state=False, searched=False,
+        ),
+    ]
 
 
 _CORE_ASSUMPTION = (
@@ -164,8 +254,9 @@ def _base_train(code, checkout: Path, command: Command, args, vocab: int) -> Pla
     config = base_config(checkout, args, vocab)
     world, dbs, seq = command.world_size, args.device_batch_size, args.max_seq_len
     total = total_batch(code, checkout, args, config, vocab)
-    accum = _accum(total, dbs, seq, world, "base_train")
-    plan = Plan("base_train", world, config, [], dbs, accum, total, f"--depth={args.depth}", fp8=args.fp8)
+    rule = BatchRule("base_train", total, seq, world)
+    accum = _accum(rule, dbs)
+    plan = Plan("base_train", world, config, [], dbs, accum, total, f"--depth={args.depth}", fp8=args.fp8, rule=rule)
     plan.phases.append(PhaseSpec("train_step", "train", dbs, seq, compiled=True, grad_accum=accum))
     if args.eval_every > 0:
         plan.phases.append(PhaseSpec("val_bpb", "bpb", dbs, seq, compiled=True))
@@ -174,22 +265,30 @@ def _base_train(code, checkout: Path, command: Command, args, vocab: int) -> Pla
         plan.assumptions.append(_CORE_ASSUMPTION)
     if args.sample_every > 0:
         plan.phases.append(PhaseSpec("sample", "generate", 1, prompt=SAMPLE_PROMPT, max_tokens=16, searched=False))
-    if args.fp8:
-        plan.assumptions.append("--fp8: the Linear layers modelled in the compute dtype (nanochat/fp8.py's Float8Linear not modelled)")
+    if args.fp8 and args.fp8_recipe != "tensorwise":
+        raise BadCommand(f"scripts.base_train would stop: nanochat/fp8.py supports --fp8-recipe=tensorwise only, not {args.fp8_recipe}")
     return plan
 
 
-def base_model(checkout: Path, args, environ: dict, from_base: str | None, vocab: int):
-    """The base model a script loads: (GPTConfig fields, the checkpoint's metadata, where from)."""
+def base_model(code, checkout: Path, args, environ: dict, from_base: str | None, vocab: int, source: str = "base"):
+    """The model a script loads: (GPTConfig fields, the checkpoint's metadata, where from). A chat
+    model (sft, rl) has its base model's shape."""
     if from_base:
         command = parse_line(from_base)
         if command.script != "base_train":
             raise BadCommand(f"--from-base: {command.script} is not base_train")
         base_args = script_arguments(checkout, command)
-        meta = {"max_seq_len": base_args.max_seq_len, "device_batch_size": base_args.device_batch_size}
-        return base_config(checkout, base_args, vocab), meta, f"--from-base (--depth={base_args.depth})"
+        config = base_config(checkout, base_args, vocab)
+        meta = {  # what base_train.py writes into its checkpoint's meta_<step>.json
+            "max_seq_len": base_args.max_seq_len,
+            "device_batch_size": base_args.device_batch_size,
+            "total_batch_size": total_batch(code, checkout, base_args, config, vocab),
+        }
+        return config, meta, f"--from-base (--depth={base_args.depth})"
     base_dir = Path(environ.get("NANOCHAT_BASE_DIR") or Path.home() / ".cache" / "nanochat")
-    found = _checkpoint_meta(base_dir / "base_checkpoints", getattr(args, "model_tag", None))
+    folder = {"base": "base_checkpoints", "sft": "chatsft_checkpoints", "rl": "chatrl_checkpoints"}[source]
+    tag = getattr(args, "model_tag", None)
+    found = _checkpoint_meta(base_dir / folder, tag) or (None if source == "base" else _checkpoint_meta(base_dir / "base_checkpoints", tag))
     if found is not None:
         path, meta = found
         config = dict(meta["model_config"])

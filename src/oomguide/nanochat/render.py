@@ -24,6 +24,11 @@ TEXT = {
     ),
     "fail_at": N_("would fail at: Tried to allocate {size} ({op}), with {allocated} already allocated"),
     "max_batch": N_("largest --device-batch-size that fits: {n}"),
+    "max_batch_accum": N_(
+        "largest --device-batch-size that fits and that the script accepts: {n} ({steps} gradient accumulation "
+        "step(s) per rank)"
+    ),
+    "accepted": N_("the script accepts --device-batch-size {values} (its assert on the total batch)"),
     "max_batch_none": N_("not even --device-batch-size=1 fits"),
     "footer": N_(
         "(predicted with nanochat's own model and optimizer code on fake tensors; a phase fits when its "
@@ -58,6 +63,8 @@ def render(out: dict, lang: str = "en") -> str:
         lines.append(
             say("batch", dbs=out["device_batch_size"], total=out["total_batch_size"], steps=out["gradient_accumulation_steps"])
         )
+    if out.get("accepted_device_batch_sizes"):
+        lines.append(say("accepted", values=", ".join(map(str, out["accepted_device_batch_sizes"]))))
     lines.append(say("dtype", dtype=out["compute_dtype"], why=out["compute_dtype_from"]))
     lines.append(
         say(
@@ -101,7 +108,13 @@ def render(out: dict, lang: str = "en") -> str:
         lines.append("  " + common("at_peak", parts=parts))
         if "max_batch_size" in r:
             n = r["max_batch_size"]
-            lines.append("  " + (say("max_batch", n=n) if n else say("max_batch_none")))
+            steps = r.get("gradient_accumulation_steps")
+            if not n:
+                lines.append("  " + say("max_batch_none"))
+            elif steps:
+                lines.append("  " + say("max_batch_accum", n=n, steps=steps))
+            else:
+                lines.append("  " + say("max_batch", n=n))
     lines.append("")
     lines.append(say("footer"))
     return "\n".join(lines)
