@@ -9,7 +9,7 @@ the same functions on small broken trees.
 * **Parity**: per section (the English ``{ #anchor }`` of its heading), every language has the
   same number of paragraphs, list items, table rows, admonitions and content tabs as English.
 * **Typography** (built HTML): French spaces before ``: ; ! ?`` and inside « », no-break
-  spaces between number and unit in French and German, grouped long numbers, 倍 for ratios in
+  spaces between number and unit in French and German, grouped long numbers (an issue or pull request number after # is a name, not a quantity), 倍 for ratios in
   Japanese and Chinese.
 """
 
@@ -309,23 +309,23 @@ RULES: dict[str, list[tuple[re.Pattern, str]]] = {
         (re.compile(r"«(?![\u00a0\u202f])"), "« without a no-break space after it"),
         (re.compile(r"(?<![\u00a0\u202f])»"), "» without a no-break space before it"),
         (re.compile(rf"\d[ \t]?{UNITS}(?!\w)"), "number and unit not joined by a no-break space: {m!r}"),
-        (re.compile(r"(?<![\d.,\u202f\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
+        (re.compile(r"(?<![\d.,\u202f\w#])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
     ],
     "de": [
         (re.compile(r"\d×(?!\d)"), "ratio written with ×: {m!r} (write -mal)"),
         (re.compile(rf"\d[ \t]?{UNITS}(?!\w)"), "number and unit not joined by a no-break space: {m!r}"),
-        (re.compile(r"(?<![\d.,\u202f\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
+        (re.compile(r"(?<![\d.,\u202f\w#])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
     ],
     "ja": [
         (re.compile(r"\d[ \u00a0]?×(?![ \u00a0]?[\dA-Za-z(（])"), "ratio written with ×: {m!r} (write 倍)"),
-        (re.compile(r"(?<![\d.,\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
+        (re.compile(r"(?<![\d.,\w#])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
     ],
     "zh": [
         (re.compile(r"\d[ \u00a0]?×(?![ \u00a0]?[\dA-Za-z(（])"), "ratio written with ×: {m!r} (write 倍)"),
-        (re.compile(r"(?<![\d.,\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
+        (re.compile(r"(?<![\d.,\w#])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
     ],
     "en": [
-        (re.compile(r"(?<![\d.,\w])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
+        (re.compile(r"(?<![\d.,\w#])\d{5,}(?![\d\w])"), "long number not grouped: {m!r}"),
     ],
 }
 
