@@ -142,7 +142,7 @@ def test_gradient_accumulation(checkout, figure):
     batch, twice the accumulation steps."""
     speedrun = run_snippet("nanochat/check-speedrun.sh", checkout)
     halved = check(checkout, "--gpu", "H100 80GB", command=nanochat_line("nanochat/device-batch-size.sh"), search=False)
-    assert halved["device_batch_size"] * 2 == speedrun["device_batch_size"] == 32
+    assert halved["device_batch_size"] * 2 == speedrun["device_batch_size"] == 16
     assert halved["total_batch_size"] == speedrun["total_batch_size"]
     assert halved["gradient_accumulation_steps"] == 2 * speedrun["gradient_accumulation_steps"]
     figure("speedrun_total_batch", speedrun["total_batch_size"], "int")
