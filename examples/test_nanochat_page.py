@@ -35,7 +35,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SNIPPETS = ROOT / "snippets"
 
 # the table's cards: the memory PyTorch reports for each (memory/gpus.json)
-CARDS = {"12": "GeForce RTX 3060 12GB", "16": "GeForce RTX 4060 Ti 16GB", "24": "GeForce RTX 4090", "40": "A100 40GB", "80": "H100 80GB"}
+CARDS = {
+    "12": "GeForce RTX 3060 12GB",
+    "16": "GeForce RTX 4060 Ti 16GB",
+    "24": "GeForce RTX 4090",
+    "40": "A100 40GB",
+    "80": "H100 80GB",
+}
 DEPTHS = (12, 20, 24, 26)
 # every card of the table runs FA3 in bfloat16 (compute capability 8.0 to 9.0): the prediction is
 # the same at each of these capabilities, so the table predicts them all at one, and the searches
@@ -51,7 +57,16 @@ def check(checkout, *argv: str, command: list[str], search: bool = True) -> dict
     key = (str(checkout), argv, tuple(command), search)
     if key not in _CACHE:
         out = io.StringIO()
-        words = ["check", "--nanochat", str(checkout), *argv, "--json", *([] if search else ["--no-search"]), "--", *command]
+        words = [
+            "check",
+            "--nanochat",
+            str(checkout),
+            *argv,
+            "--json",
+            *([] if search else ["--no-search"]),
+            "--",
+            *command,
+        ]
         with contextlib.redirect_stdout(out):
             rc = main(words)
         assert rc in (0, 1), out.getvalue()
@@ -78,7 +93,9 @@ def run_snippet(relative: str, checkout) -> dict:
 
 def nanochat_line(relative: str) -> list[str]:
     """A nanochat snippet's command line (the words after its torchrun or python)."""
-    return shlex.split((SNIPPETS / relative).read_text(encoding="utf-8").strip().replace("$WANDB_RUN", "dummy"))
+    return shlex.split(
+        (SNIPPETS / relative).read_text(encoding="utf-8").strip().replace("$WANDB_RUN", "dummy")
+    )
 
 
 def with_batch(words: list[str], batch: int) -> list[str]:
@@ -121,7 +138,13 @@ def test_table(checkout, figure, depth):
         out = check(checkout, *card_args(size), command=base(depth) + TRAIN_ONLY)
         assert list(out["phases"]) == ["train_step"]
         figure(f"train_d{depth}_{size}", out["phases"]["train_step"]["max_batch_size"], "int")
-    cli = check(checkout, *card_args("12"), "--from-base", " ".join(base(depth)), command=["python", "-m", "scripts.chat_cli"])
+    cli = check(
+        checkout,
+        *card_args("12"),
+        "--from-base",
+        " ".join(base(depth)),
+        command=["python", "-m", "scripts.chat_cli"],
+    )
     figure(f"chat_d{depth}", cli["phases"]["chat"]["peak_bytes"], "gib")
 
 
@@ -129,7 +152,9 @@ def test_chat_sft_steps_like_base_train(checkout, figure):
     """chat_sft trains the base model with base_train's optimizer: its step's peak and largest
     device batch are base_train's (d20, 24 GB)."""
     args = card_args("24")
-    sft = check(checkout, *args, "--from-base", " ".join(base(20)), command=["python", "-m", "scripts.chat_sft"])
+    sft = check(
+        checkout, *args, "--from-base", " ".join(base(20)), command=["python", "-m", "scripts.chat_sft"]
+    )
     pre = check(checkout, *args, command=base(20) + TRAIN_ONLY)
     assert sft["phases"]["train_step"]["peak_bytes"] == pre["phases"]["train_step"]["peak_bytes"]
     assert sft["phases"]["train_step"]["max_batch_size"] == pre["phases"]["train_step"]["max_batch_size"]
@@ -141,7 +166,9 @@ def test_gradient_accumulation(checkout, figure):
     """The speedrun's line (the page's check-speedrun.sh) and the page's halved line: same total
     batch, twice the accumulation steps."""
     speedrun = run_snippet("nanochat/check-speedrun.sh", checkout)
-    halved = check(checkout, "--gpu", "H100 80GB", command=nanochat_line("nanochat/device-batch-size.sh"), search=False)
+    halved = check(
+        checkout, "--gpu", "H100 80GB", command=nanochat_line("nanochat/device-batch-size.sh"), search=False
+    )
     assert halved["device_batch_size"] * 2 == speedrun["device_batch_size"] == 16
     assert halved["total_batch_size"] == speedrun["total_batch_size"]
     assert halved["gradient_accumulation_steps"] == 2 * speedrun["gradient_accumulation_steps"]
@@ -191,11 +218,19 @@ def test_below_batch_1(checkout, figure, tmp_path):
     # without FA3 (fp8 and FA3 need a card of compute capability 8.9/9.0; here an SDPA card)
     sdpa = ("--gpu-memory", "24GiB", "--capability", "7.5")
     ssl = check(checkout, *sdpa, command=speedrun + TRAIN_ONLY, search=False)
-    full = check(checkout, *sdpa, command=with_batch(nanochat_line(OPTIONS["window"]), 1) + TRAIN_ONLY, search=False)
-    figure("b1_window_saved_sdpa", ssl["phases"]["train_step"]["peak_bytes"] - full["phases"]["train_step"]["peak_bytes"], "gib")
+    full = check(
+        checkout, *sdpa, command=with_batch(nanochat_line(OPTIONS["window"]), 1) + TRAIN_ONLY, search=False
+    )
+    figure(
+        "b1_window_saved_sdpa",
+        ssl["phases"]["train_step"]["peak_bytes"] - full["phases"]["train_step"]["peak_bytes"],
+        "gib",
+    )
     # the Blocks recomputed in backward: the page's change, in a copy of the checkout
     copy = tmp_path / "nanochat"
-    shutil.copytree(checkout, copy, ignore=shutil.ignore_patterns(".git", "__pycache__", ".venv", "dev", "*.ipynb"))
+    shutil.copytree(
+        checkout, copy, ignore=shutil.ignore_patterns(".git", "__pycache__", ".venv", "dev", "*.ipynb")
+    )
     applied = placement.apply_to(copy, ["nanochat/checkpoint-blocks.py"])[2]
     assert applied == ["nanochat/checkpoint-import.py", "nanochat/checkpoint-blocks.py"], applied
     ckpt = check(copy, *card, command=speedrun + TRAIN_ONLY, search=False)
