@@ -36,7 +36,8 @@ from .cuda_model import block_size, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
 from .models import ModelSource, no_init
-from .predict import PHASES, PhaseResult, _run_phase, second_batch
+from .phases import fake_batch, run_phase
+from .predict import PHASES, PhaseResult, second_batch
 from .tracker import AllocationTracker, as_judged
 from .units import CONTEXT_BYTES, usable_bytes
 
@@ -128,7 +129,7 @@ def _ddp_buckets(model, tracker: AllocationTracker, as_view: bool, micro_steps: 
     in the others the reducer is idle and the gradients are tensors of their own, even with
     ``gradient_as_bucket_view=True``. In the syncing micro-step the reducer copies each gradient into
     its bucket as autograd finishes it and, for views, makes the bucket slice the gradient.
-    The train step runs at most two micro-steps (``_run_phase``): the second stands for a middle
+    The train step runs at most two micro-steps (``run_phase``): the second stands for a middle
     one (no sync) when there are more than two, since the last one's peak is never higher.
     """
     buckets = []
@@ -234,14 +235,13 @@ class _ShardAdamW:
 
 
 def _run_fsdp_phase(model, config, phase, tracker, state, ctx, batch_size, eval_iters, stale_logits):
-    """``_run_phase`` for a sharded model: nanoGPT's state before `phase`, then the phase, tracked.
+    """``run_phase`` for a sharded model: nanoGPT's state before `phase`, then the phase, tracked.
 
     The train step runs one micro-step, with the gradients of the earlier micro-steps already in
     place when there are any: that is every later micro-step of train.py's loop (reduce-scattered
     gradients from before, the last logits alive), whose peak is the step's, followed by clipping
     and the optimizer step.
     """
-    from .predict import _fake_batch
 
     vocab = tracker.vocab_size
     block = min(config.block_size, model.config.block_size if hasattr(model, "config") else config.block_size)
@@ -271,7 +271,7 @@ def _run_fsdp_phase(model, config, phase, tracker, state, ctx, batch_size, eval_
             tracker.register([p.grad for p in params], "gradients")
 
         def get_batch(split):
-            return _fake_batch(batch_size, block, vocab)
+            return fake_batch(batch_size, block, vocab)
 
         train_state.X, train_state.Y = get_batch("train")
         tracker.register([train_state.X, train_state.Y], "activations")
@@ -291,7 +291,7 @@ def _run_fsdp_phase(model, config, phase, tracker, state, ctx, batch_size, eval_
         eval_block = min(config.eval_block, block)
 
         def get_batch(split):
-            return _fake_batch(batch_size, eval_block, vocab)
+            return fake_batch(batch_size, eval_block, vocab)
 
         with tracker:
             if config.eval_batch_size and config.eval_batch_size < batch_size:
@@ -424,7 +424,7 @@ def predict(
                 buckets = _ddp_buckets(  # alive as long as DDP is
                     model, tracker, parallel.gradient_as_bucket_view, run_config.gradient_accumulation_steps
                 )
-                _run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
+                run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
                 del buckets
     result = PhaseResult(
         phase=phase,
