@@ -68,3 +68,25 @@ def test_float16_and_resume_run_alone():
     predict_module._LATER.clear()
     _run(load_config([], TINY + ["dtype=float16"]), "train_step", "first", None)
     assert not predict_module._LATER
+
+
+@pytest.mark.parametrize("phase", ["train_step", "estimate_loss"])
+@pytest.mark.parametrize("case", ["bfloat16", "one micro-step", "no stale logits", "card too small"])
+def test_fsdp_later_run_equals_its_own_run(case, phase):
+    """The same for one rank of FSDP2 (``distributed._run_fsdp_phase``'s `later` tracker)."""
+    from oomguide.memory import distributed
+
+    per_rank = {"one micro-step": ["gradient_accumulation_steps=4"]}  # 1 per rank of 4
+    config = load_config([], TINY + per_rank.get(case, CASES[case]))
+    parallel = distributed.Parallel(4, "fsdp")
+    gpu = 3 << 20 if case == "card too small" else 1 << 40
+    options = dict(stale_logits=case != "no stale logits", capability=(8, 6))
+    distributed._LATER.clear()
+    alone = distributed.predict(config, phase, gpu, parallel, state="training", **options)
+    distributed.predict(config, phase, gpu, parallel, state="first", **options)
+    assert len(distributed._LATER) == 1, "the first run keeps the later one"
+    beside = distributed.predict(config, phase, gpu, parallel, state="training", **options)
+    assert not distributed._LATER, "the later prediction took it"
+    assert beside.to_json() == alone.to_json()
+    if case == "card too small":
+        assert alone.fits is False
