@@ -72,13 +72,15 @@ def test_float16_and_resume_run_alone():
 
 @pytest.mark.parametrize("phase", ["train_step", "estimate_loss"])
 @pytest.mark.parametrize("case", ["bfloat16", "one micro-step", "no stale logits", "card too small"])
-def test_fsdp_later_run_equals_its_own_run(case, phase):
-    """The same for one rank of FSDP2 (``distributed._run_fsdp_phase``'s `later` tracker)."""
+@pytest.mark.parametrize("strategy", ["fsdp", "ddp", "ddp as bucket view"])
+def test_parallel_later_run_equals_its_own_run(strategy, case, phase):
+    """The same for one rank of FSDP2 (``distributed._run_fsdp_phase``'s `later` tracker) and of DDP
+    (its buckets registered with both trackers, gradients copied or made bucket views)."""
     from oomguide.memory import distributed
 
     per_rank = {"one micro-step": ["gradient_accumulation_steps=4"]}  # 1 per rank of 4
     config = load_config([], TINY + per_rank.get(case, CASES[case]))
-    parallel = distributed.Parallel(4, "fsdp")
+    parallel = distributed.Parallel(4, strategy.split()[0], strategy.endswith("view"))
     gpu = 3 << 20 if case == "card too small" else 1 << 40
     options = dict(stale_logits=case != "no stale logits", capability=(8, 6))
     distributed._LATER.clear()

@@ -435,13 +435,13 @@ def predict(
     if kept is not None:
         return _judged(*kept, gpu_memory, alloc_conf, family)
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
-    # a first phase also makes the same phase's later run (``_run_fsdp_phase``'s `later`): FSDP2 on
-    # fake tensors, oomguide's GPT, nothing resumed
+    # a first phase also makes the same phase's later run (``run_phase``'s and ``_run_fsdp_phase``'s
+    # `later`): on fake tensors, oomguide's GPT, nothing resumed; DDP's float16 step (GradScaler) alone
     later = None
     if (
         state == "first"
         and fake
-        and parallel.strategy == "fsdp"
+        and (parallel.strategy == "fsdp" or phase == "estimate_loss" or run_config.dtype != "float16")
         and source.path is None
         and source.gpt_class is GPT
         and run_config.init_from != "resume"
@@ -479,7 +479,20 @@ def predict(
                 buckets = _ddp_buckets(  # alive as long as DDP is
                     model, tracker, parallel.gradient_as_bucket_view, run_config.gradient_accumulation_steps
                 )
-                run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
+                if later is not None:
+                    later.register(buckets, "ddp_buckets")
+                run_phase(
+                    model,
+                    run_config,
+                    phase,
+                    tracker,
+                    state,
+                    ctx,
+                    batch,
+                    eval_iters,
+                    stale_logits,
+                    later=later,
+                )
                 del buckets
     if later is not None:
         _LATER[key] = (
