@@ -15,6 +15,7 @@ The package, one module per job:
 - ``tracker``     the allocation tracker (TorchDispatchMode)
 - ``models``      oomguide's GPT or a reader's nanoGPT model.py
 - ``predict``     a phase on fake tensors
+- ``phases``      a phase's state and code run tracked (a first and a later phase in one run)
 - ``moments``     resuming from a checkpoint (train.py) and sample.py's generate(), on fake tensors
 - ``search``      the batch-size search (``max_batch_size``)
 - ``batches``     a phase's traces as functions of the batch size: the search's probes from two runs

@@ -22,6 +22,7 @@ Never imports torch.cuda and never needs a GPU.
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -36,11 +37,13 @@ from .cuda_model import block_size, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
 from .models import ModelSource, no_init
-from .predict import PHASES, PhaseResult, _run_phase, second_batch
+from .phases import fake_batch, run_phase
+from .predict import PHASES, PhaseResult, second_batch
 from .tracker import AllocationTracker, as_judged
 from .units import CONTEXT_BYTES, usable_bytes
 
 STRATEGIES = ("ddp", "fsdp")
+_LATER: OrderedDict = OrderedDict()  # a later phase's run made beside the first one (``predict``)
 # DDP's defaults: a small first bucket (so the first all-reduce starts early), then 25 MiB buckets
 FIRST_BUCKET_BYTES = 1024 * 1024
 BUCKET_CAP_BYTES = 25 * 1024 * 1024
@@ -128,7 +131,7 @@ def _ddp_buckets(model, tracker: AllocationTracker, as_view: bool, micro_steps: 
     in the others the reducer is idle and the gradients are tensors of their own, even with
     ``gradient_as_bucket_view=True``. In the syncing micro-step the reducer copies each gradient into
     its bucket as autograd finishes it and, for views, makes the bucket slice the gradient.
-    The train step runs at most two micro-steps (``_run_phase``): the second stands for a middle
+    The train step runs at most two micro-steps (``run_phase``): the second stands for a middle
     one (no sync) when there are more than two, since the last one's peak is never higher.
     """
     buckets = []
@@ -233,71 +236,106 @@ class _ShardAdamW:
             local.grad = None
 
 
-def _run_fsdp_phase(model, config, phase, tracker, state, ctx, batch_size, eval_iters, stale_logits):
-    """``_run_phase`` for a sharded model: nanoGPT's state before `phase`, then the phase, tracked.
+def _run_fsdp_phase(
+    model, config, phase, tracker, state, ctx, batch_size, eval_iters, stale_logits, later=None
+):
+    """``run_phase`` for a sharded model: nanoGPT's state before `phase`, then the phase, tracked.
 
     The train step runs one micro-step, with the gradients of the earlier micro-steps already in
     place when there are any: that is every later micro-step of train.py's loop (reduce-scattered
     gradients from before, the last logits alive), whose peak is the step's, followed by clipping
-    and the optimizer step.
+    and the optimizer step. `later` (state "first" only): a second tracker that sees the same phase
+    as a later one (state "training"), as ``run_phase``'s does: its own state and optimizer step.
     """
-    from .predict import _fake_batch
 
     vocab = tracker.vocab_size
     block = min(config.block_size, model.config.block_size if hasattr(model, "config") else config.block_size)
     params = [p for p in model.parameters()]
-    tracker.grads_of = params
-    tracker.register(params, "weights")
-    tracker.register(model.buffers(), "weights")
-    optimizer = _ShardAdamW(model, config)
-    train_state = loop.TrainState(model, optimizer, loop.make_scaler(config.dtype, "cpu"), ctx)
+    trackers = [tracker] if later is None else [tracker, later]
+    views = [(tracker, state)] + ([] if later is None else [(later, "training")])
+    optimizers = {}
+    train_state = loop.TrainState(model, None, loop.make_scaler(config.dtype, "cpu"), ctx)
+    for t, t_state in views:
+        t.grads_of = params
+        t.register(params, "weights")
+        t.register(model.buffers(), "weights")
+        optimizer = optimizers[t] = _ShardAdamW(model, config)
+        if t_state == "training":
+            for _, local in optimizer.pairs:
+                local.grad = torch.zeros_like(local)
+            optimizer.optimizer.step()
+            optimizer.zero_grad()
+            t.register([x for s in optimizer.state.values() for x in s.values()], "optimizer_state")
+            if stale_logits:
+                train_state.logits = torch.empty(
+                    config.batch_size, block, vocab, dtype=loop.PTDTYPE[config.dtype]
+                )
+                t.register([train_state.logits], "logits_and_loss")
+    first = optimizers[tracker]
+    train_state.optimizer = first if later is None else _BothShards(first, optimizers[later])
     # clip_grad_norm_ over DTensors computes the same norms on the shards, then all-reduces a scalar
-    train_state.clip_parameters = optimizer.shards
-    if state == "training":
-        for _, local in optimizer.pairs:
-            local.grad = torch.zeros_like(local)
-        optimizer.optimizer.step()
-        optimizer.zero_grad()
-        tracker.register([t for s in optimizer.state.values() for t in s.values()], "optimizer_state")
-        if stale_logits:
-            train_state.logits = torch.empty(
-                config.batch_size, block, vocab, dtype=loop.PTDTYPE[config.dtype]
-            )
-            tracker.register([train_state.logits], "logits_and_loss")
+    train_state.clip_parameters = first.shards
     if phase == "train_step":
         if config.gradient_accumulation_steps > 1:
             for p in params:
                 p.grad = torch.zeros_like(p)
-            tracker.register([p.grad for p in params], "gradients")
+            for t in trackers:
+                t.register([p.grad for p in params], "gradients")
 
         def get_batch(split):
-            return _fake_batch(batch_size, block, vocab)
+            return fake_batch(batch_size, block, vocab)
 
         train_state.X, train_state.Y = get_batch("train")
-        tracker.register([train_state.X, train_state.Y], "activations")
-        original = optimizer.optimizer.step
-
-        def step(*a, **k):
-            tracker.tag_new = "optimizer_state"
-            try:
-                return original(*a, **k)
-            finally:
-                tracker.tag_new = None
-
-        optimizer.optimizer.step = step
-        with tracker:
+        for t in trackers:
+            t.register([train_state.X, train_state.Y], "activations")
+        for t, optimizer in optimizers.items():
+            others = [o for o in trackers if o is not t]
+            optimizer.optimizer.step = _tag_step(optimizer.optimizer.step, t, others)
+        with tracker, later or _nothing():
             loop.train_step(train_state, get_batch, 1, config.grad_clip)
     else:
         eval_block = min(config.eval_block, block)
 
         def get_batch(split):
-            return _fake_batch(batch_size, eval_block, vocab)
+            return fake_batch(batch_size, eval_block, vocab)
 
-        with tracker:
+        with tracker, later or _nothing():
             if config.eval_batch_size and config.eval_batch_size < batch_size:
                 loop.estimate_loss_batched(model, get_batch, eval_iters, ctx, config.eval_batch_size)
             else:
                 loop.estimate_loss(model, get_batch, eval_iters, ctx)
+
+
+def _tag_step(original, tracker, others):
+    """The optimizer's step with its new tensors tagged as optimizer state, seen by `tracker` alone."""
+
+    def step(*a, **k):
+        tracker.tag_new = "optimizer_state"
+        for o in others:
+            o.paused = True
+        try:
+            return original(*a, **k)
+        finally:
+            tracker.tag_new = None
+            for o in others:
+                o.paused = False
+
+    return step
+
+
+class _BothShards:
+    """The first step's and a later step's ``_ShardAdamW`` (``phases._Both`` for FSDP2): each steps in turn."""
+
+    def __init__(self, first, later):
+        self.first, self.later = first, later
+
+    def step(self):
+        self.first.step()
+        self.later.step()
+
+    def zero_grad(self, set_to_none: bool = True):
+        self.first.zero_grad(set_to_none)
+        self.later.zero_grad(set_to_none)
 
 
 # --- the prediction -------------------------------------------------------------------------
@@ -391,7 +429,24 @@ def predict(
             )
 
     gpt_config = run_config.gpt_config()
+    key = repr((phase, batch, budget, repr(run_config), parallel, seed, eval_iters, stale_logits))
+    key += repr((tuple(capability), compiled, source.gpt_class, source.path, fake))
+    kept = _LATER.pop(key, None) if state == "training" else None
+    if kept is not None:
+        return _judged(*kept, gpu_memory, alloc_conf, family)
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
+    # a first phase also makes the same phase's later run (``run_phase``'s and ``_run_fsdp_phase``'s
+    # `later`): on fake tensors, oomguide's GPT, nothing resumed; DDP's float16 step (GradScaler) alone
+    later = None
+    if (
+        state == "first"
+        and fake
+        and (parallel.strategy == "fsdp" or phase == "estimate_loss" or run_config.dtype != "float16")
+        and source.path is None
+        and source.gpt_class is GPT
+        and run_config.init_from != "resume"
+    ):
+        later = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
     ctx = compiled_context(config.dtype) if compiled else cuda_autocast_context(config.dtype)
     kernels = CudaKernels(capability)
     torch.manual_seed(seed)
@@ -414,7 +469,7 @@ def predict(
                 model.to_empty(device="cpu")
                 model.train()
                 _run_fsdp_phase(
-                    model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits
+                    model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits, later
                 )
         else:
             with FakeTensorMode(allow_non_fake_inputs=False) if fake else _nothing(), kernels:
@@ -424,8 +479,43 @@ def predict(
                 buckets = _ddp_buckets(  # alive as long as DDP is
                     model, tracker, parallel.gradient_as_bucket_view, run_config.gradient_accumulation_steps
                 )
-                _run_phase(model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits)
+                if later is not None:
+                    later.register(buckets, "ddp_buckets")
+                run_phase(
+                    model,
+                    run_config,
+                    phase,
+                    tracker,
+                    state,
+                    ctx,
+                    batch,
+                    eval_iters,
+                    stale_logits,
+                    later=later,
+                )
                 del buckets
+    if later is not None:
+        _LATER[key] = (
+            _result(later, phase, batch, budget, kernels),
+            later.trace,
+            later.peak,
+            budget,
+        )
+        while len(_LATER) > 8:
+            _LATER.popitem(last=False)
+    return _judged(
+        _result(tracker, phase, batch, budget, kernels),
+        tracker.trace,
+        tracker.peak,
+        budget,
+        gpu_memory,
+        alloc_conf,
+        family,
+    )
+
+
+def _result(tracker, phase, batch, budget, kernels) -> PhaseResult:
+    """A rank's tracked run's result, before the allocator's view."""
     result = PhaseResult(
         phase=phase,
         mode="predicted",
@@ -443,10 +533,15 @@ def predict(
             result.failing_allocation_bytes = segment_size(tracker.failing.nbytes)
             result.failing_allocation = tracker.failing.describe()
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
-    judged = as_judged(tracker.trace, budget)
+    return result
+
+
+def _judged(result, trace, peak, budget, gpu_memory, alloc_conf, family) -> PhaseResult:
+    """The allocator's view of a rank's run, and the run filed with its family (``batches``)."""
+    judged = as_judged(trace, budget)
     reserved.judge(result, [judged], 0, gpu_memory, alloc_conf)
     if family is not None:
-        batches.remember(family, batch, [tracker.trace], tracker.peak)
+        batches.remember(family, result.batch_size, [trace], peak)
         if budget is not None and reserved.fits([judged], budget, gpu_memory, alloc_conf) != result.fits:
             batches.family(family).broken = True  # the verdict from the trace is not the run's
     return result

@@ -8,12 +8,12 @@ the ``AllocationTracker``. Never imports torch.cuda and never needs a GPU.
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .. import loop
 from ..config import TrainConfig
 from ..model import GPT
 from . import batches, moments, prefetch, reserved
@@ -23,6 +23,7 @@ from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
 from .kernels import CudaKernels
 from .models import ModelSource, PredictionError, no_init
+from .phases import run_phase
 from .tracker import AllocationTracker
 from .units import CONTEXT_BYTES, usable_bytes
 
@@ -58,24 +59,6 @@ def checks_run(config: TrainConfig, sample: bool = False) -> list[str]:
     return ["estimate_loss_first", "first_step", "train_step", "estimate_loss"]
 
 
-class _CudaScaler(torch.amp.GradScaler):
-    """train.py's GradScaler as CUDA builds it: ``enabled=(dtype == 'float16')``.
-
-    ``GradScaler('cuda')`` disables itself on a CPU-only build, so the same algorithm runs as the CPU
-    scaler; on fake tensors its inf check has no value, and the optimizer step is taken.
-    """
-
-    def __init__(self, dtype: str):
-        super().__init__("cpu", enabled=(dtype == "float16"))
-
-    def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):
-        from torch._subclasses.fake_tensor import FakeTensor
-
-        if any(isinstance(v, FakeTensor) for v in optimizer_state["found_inf_per_device"].values()):
-            return optimizer.step(*args, **kwargs)
-        return super()._maybe_opt_step(optimizer, optimizer_state, *args, **kwargs)
-
-
 @dataclass
 class PhaseResult:
     phase: str
@@ -105,123 +88,6 @@ class PhaseResult:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-def _fake_batch(batch: int, block: int, vocab: int):
-    return torch.randint(0, vocab, (batch, block)), torch.randint(0, vocab, (batch, block))
-
-
-def _run_phase(
-    model,
-    config: TrainConfig,
-    phase: str,
-    tracker: AllocationTracker,
-    state: str,
-    ctx,
-    batch_size: int,
-    eval_iters: int = 1,
-    stale_logits: bool = True,
-    probe_logits: bool = False,
-    one_micro_step: bool = False,
-    checkpoint_on_card: bool = True,
-):
-    """Set up nanoGPT's state before `phase` (registering it with the tracker), then run the phase tracked.
-
-    `probe_logits`: take the stale logits from a forward of the model itself (a reader's model.py),
-    instead of assuming nanoGPT's (B, T, V).
-    The train step runs at most two micro-steps: the second (gradients alive from the first) stands for
-    every later one. `one_micro_step=True` runs that second micro-step alone, its gradients made
-    beforehand: the same peak for half the work (the batch-size search runs many predictions).
-    """
-    cfg_block = model.config.block_size if hasattr(model, "config") else config.block_size
-    vocab = tracker.vocab_size
-    params = list(model.parameters())
-    tracker.grads_of = params
-    tracker.register(params, "weights")
-    tracker.register(model.buffers(), "weights")
-    optimizer = loop.make_optimizer(model, config, "cuda")
-    stale_dtype = loop.PTDTYPE[config.dtype]
-    block = min(config.block_size, cfg_block)
-    resumed = config.init_from == "resume"
-    checkpoint_weights = []
-    if resumed and checkpoint_on_card:
-        # train.py keeps the checkpoint's weights referenced (its global `state_dict`) for the whole
-        # run: on the card when torch.load put them there (map_location=device; ``moments``)
-        checkpoint_weights = [torch.empty_like(t) for t in [*params, *model.buffers()]]  # shared once
-        tracker.register(checkpoint_weights, "weights")
-    if state == "training" or resumed:
-        # AdamW's state exists after the first step (or, resumed, from the checkpoint); make it
-        # without tracking the step itself
-        for p in params:
-            p.grad = torch.zeros_like(p)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        tracker.register([t for s in optimizer.state.values() for t in s.values()], "optimizer_state")
-    train_state = loop.TrainState(model, optimizer, _CudaScaler(config.dtype), ctx)
-    if state == "training" and stale_logits:
-        # the last micro-step's logits are still referenced (docs/en/beyond.md#drop-stale-logits)
-        if probe_logits:
-            # a reader's model: what its forward really returns in training (a chunked loss may
-            # return None), computed without a graph, as the tensor train.py's `logits` holds
-            with torch.no_grad(), ctx:
-                returned = model(*_fake_batch(config.batch_size, block, vocab))[0]
-            train_state.logits = returned if isinstance(returned, torch.Tensor) else None
-            del returned  # train_state holds it, as train.py's global does, and lets it go alike
-        else:
-            train_state.logits = torch.empty(config.batch_size, block, vocab, dtype=stale_dtype)
-        if train_state.logits is not None:
-            tracker.register([train_state.logits], "logits_and_loss")
-
-    if phase == "train_step":
-
-        def get_batch(split):
-            return _fake_batch(batch_size, block, vocab)
-
-        train_state.X, train_state.Y = get_batch("train")
-        tracker.register([train_state.X, train_state.Y], "activations")
-        micro_steps = min(config.gradient_accumulation_steps, 2)
-        with tracker:
-            tracker.moment = "forward_backward"
-            if one_micro_step and micro_steps == 2:
-                for p in params:  # what the first micro-step leaves behind
-                    p.grad = torch.zeros_like(p)
-                micro_steps = 1
-            _train_step_tracked(train_state, get_batch, micro_steps, config.grad_clip, tracker)
-    elif phase == "estimate_loss":
-        eval_block = min(config.eval_block, block)
-
-        def get_batch(split):
-            return _fake_batch(batch_size, eval_block, vocab)
-
-        with tracker:
-            if config.eval_batch_size and config.eval_batch_size < batch_size:
-                loop.estimate_loss_batched(model, get_batch, eval_iters, ctx, config.eval_batch_size)
-            else:
-                loop.estimate_loss(model, get_batch, eval_iters, ctx)
-    else:
-        raise ValueError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
-    del checkpoint_weights  # alive until here, as train.py's state_dict
-
-
-def _train_step_tracked(train_state, get_batch, gas, grad_clip, tracker):
-    """loop.train_step, with the optimizer's new tensors tagged as optimizer state."""
-    opt = train_state.optimizer
-    original = opt.step
-
-    def step(*a, **k):
-        tracker.tag_new, tracker.moment = "optimizer_state", "optimizer_step"
-        try:
-            return original(*a, **k)
-        finally:
-            tracker.tag_new, tracker.moment = None, "forward_backward"
-            if tracker._pending:  # a peak in the step: its picture while the gradients are still .grad
-                tracker._snapshot()
-
-    opt.step = step
-    try:
-        loop.train_step(train_state, get_batch, gas, grad_clip)
-    finally:
-        opt.step = original
 
 
 def predict(
@@ -320,7 +186,71 @@ def _family(config: TrainConfig, phase: str, run: dict) -> str | None:
     return repr((values, phase, *(run[k] for k in sorted(run) if k not in ("source", "sample"))))
 
 
-def _run(
+_LATER: OrderedDict = OrderedDict()  # key -> (result, trace, peak) of a later phase run beside a first one
+
+
+def _later_key(phase, batch, budget, run_config, run) -> str:
+    """What a run's result depends on, for a later phase (state "training") run beside the first."""
+    source = run["source"]
+    options = sorted(
+        (k, tuple(v) if k == "capability" else v)
+        for k, v in run.items()
+        if k not in ("source", "sample", "state")
+    )
+    return repr((phase, batch, budget, repr(run_config), source.gpt_class, source.path, options))
+
+
+def _later_too(phase, state, run_config, run) -> bool:
+    """Whether the run of `phase` in state "first" also gives the same phase's later run (``phases.run_phase``'s
+    `later`): oomguide's GPT on fake tensors, trained from scratch (nothing resumed), and, for a
+    train step, no GradScaler (float16 runs its unscale_ and found_inf per optimizer)."""
+    source = run["source"]
+    if state != "first" or not run["fake"] or source.path is not None or source.gpt_class is not GPT:
+        return False
+    if run_config.init_from == "resume":
+        return False
+    return phase == "estimate_loss" or (phase == "train_step" and run_config.dtype != "float16")
+
+
+def _run(config, phase, batch, budget, run_config, **run):
+    """Run `phase` tracked (after the training step before it, for a later estimate_loss): the result
+    without the allocator's view, the traces for it (warm-up first), and the tracker's peak.
+
+    A first estimate_loss or first step also makes the same phase's later run (``_later_too``): its
+    result waits in ``_LATER`` for the prediction that asks for it."""
+    state = run["state"]
+    if state == "training":
+        kept = _LATER.pop(_later_key(phase, batch, budget, run_config, run), None)
+        if kept is not None:
+            result, trace, peak = kept
+            warm_key = _warm_key(run_config, batch, run)
+            warmup = trace if phase == "train_step" else reserved.cached_warmup(warm_key)
+            if warmup is not None:
+                return result, [warmup, trace], peak
+    later = (
+        _later_key(phase, batch, budget, run_config, run)
+        if _later_too(phase, state, run_config, run)
+        else None
+    )
+    return _run_tracked(config, phase, batch, budget, run_config, later=later, **run)
+
+
+def _warm_key(run_config, batch, run) -> tuple:
+    source = run["source"]
+    return (
+        repr(run_config),
+        batch,
+        source.gpt_class,
+        source.path,
+        run["stale_logits"],
+        run["fake"],
+        tuple(run["capability"]),
+        run["compiled"],
+        run["peak_only"],
+    )
+
+
+def _run_tracked(
     config,
     phase,
     batch,
@@ -338,11 +268,13 @@ def _run(
     capability,
     checkpoint_on_card=True,
     sample=None,
+    later=None,
 ):
-    """Run `phase` tracked (after the training step before it, for a later estimate_loss): the result
-    without the allocator's view, the traces for it (warm-up first), and the tracker's peak."""
+    """``_run``'s tracked run; `later`: the key under which the same phase's later run is kept."""
     gpt_config = config.gpt_config()
     tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget)
+    later_tracker = AllocationTracker(vocab_size=gpt_config.vocab_size, budget=budget) if later else None
+    counted = [t for t in (tracker, later_tracker) if t is not None]
     ctx = compiled_context(config.dtype) if compiled else cuda_autocast_context(config.dtype)
     torch.manual_seed(seed)
     if fake:
@@ -354,24 +286,20 @@ def _run(
     kernels = CudaKernels(capability)
     if phase == "sample":
         moments.load_dynamo()
+    run = dict(source=source, stale_logits=stale_logits, fake=fake, capability=kernels.capability)
+    warm_key = _warm_key(run_config, batch, dict(run, compiled=compiled, peak_only=peak_only))
     with mode, warnings.catch_warnings(), kernels:
         # GradScaler('cuda') on a CPU-only build warns that it disables itself
         warnings.simplefilter("ignore")
         with no_init() if fake else nullcontext():
             model = source.build(gpt_config, compiled)
         model.train()
-        model.register_forward_pre_hook(lambda *_: setattr(tracker, "forwards", tracker.forwards + 1))
-        warm_key = (
-            repr(run_config),
-            batch,
-            source.gpt_class,
-            source.path,
-            stale_logits,
-            fake,
-            kernels.capability,
-            compiled,
-            peak_only,
-        )
+
+        def count(*_):
+            for t in counted:
+                t.forwards += 1
+
+        model.register_forward_pre_hook(count)
         warmup = None
         try:
             if phase == "estimate_loss" and state == "training":
@@ -379,7 +307,7 @@ def _run(
                 if warmup is None:  # a training step ran before this evaluation: its segments are cached
                     step_tracker = AllocationTracker(vocab_size=gpt_config.vocab_size)
                     with _recompute_under(ctx, kernels.fresh):
-                        _run_phase(
+                        run_phase(
                             model,
                             run_config,
                             "train_step",
@@ -402,7 +330,7 @@ def _run(
                 moments.run_sample(model, sample, tracker, ctx, checkpoint_on_card, own)
             else:
                 with _recompute_under(ctx, kernels.fresh):
-                    _run_phase(
+                    run_phase(
                         model,
                         run_config,
                         phase,
@@ -415,6 +343,7 @@ def _run(
                         bool(source.path),
                         one_micro_step=peak_only,
                         checkpoint_on_card=checkpoint_on_card,
+                        later=later_tracker,
                     )
         except Exception as exc:
             if source.path is None:
@@ -429,6 +358,24 @@ def _run(
         if phase == "train_step" and state == "training":
             reserved.remember_warmup(warm_key, tracker.trace)
             warmup = tracker.trace  # the step before this one
+        if later_tracker is not None:
+            if phase == "train_step":
+                reserved.remember_warmup(warm_key, later_tracker.trace)  # a later evaluation's warm-up
+            made = (
+                _result(later_tracker, phase, batch, budget, kernels),
+                later_tracker.trace,
+                later_tracker.peak,
+            )
+            _LATER[later] = made
+            while len(_LATER) > 8:
+                _LATER.popitem(last=False)
+    result = _result(tracker, phase, batch, budget, kernels)
+    traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
+    return result, traces, tracker.peak
+
+
+def _result(tracker, phase, batch, budget, kernels) -> PhaseResult:
+    """A tracked run's result, without the allocator's view."""
     result = PhaseResult(
         phase=phase,
         mode="predicted",
@@ -449,8 +396,7 @@ def _run(
             result.failing_forward = tracker.failing_forward
             result.failing_moment = tracker.failing_moment
     result.attention = ", ".join(sorted(kernels.used)) or None
-    traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
-    return result, traces, tracker.peak
+    return result
 
 
 def _derived(family, config, phase, gpu_memory, batch, budget, alloc_conf, run) -> PhaseResult | None:

@@ -90,6 +90,9 @@ class AllocationTracker(TorchDispatchMode):
         # (a storage's Python object lives exactly as long as the storage): a sweep looks at those only
         self._died: list[tuple[int, int]] = []
         self._grown = False  # a resize_ grew a storage (``as_judged``)
+        # while another tracker's code runs in the same run (``predict``: a later step's optimizer
+        # step beside the first one's), this one sees nothing: its own run has no such code
+        self.paused = False
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
@@ -156,7 +159,8 @@ class AllocationTracker(TorchDispatchMode):
 
         def resize_(storage, size):
             out = tracker._resize(storage, size)
-            tracker._resized(storage)
+            if not tracker.paused:
+                tracker._resized(storage)
             return out
 
         torch.UntypedStorage.resize_ = resize_
@@ -236,6 +240,8 @@ class AllocationTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if self.paused:
+            return out
         for t in _plain(tree_flatten(out)[0]):
             storage = t.untyped_storage()
             entry = self._entry(storage._cdata)
