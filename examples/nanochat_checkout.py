@@ -51,6 +51,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nanogpt_checkout import start_job
 from oomguide import placement
 
 HERE = Path(__file__).resolve().parent
@@ -374,15 +375,7 @@ class NanoChat:
         if future is not None:
             return future
         job = self._prepare(tuple(snippets), command, extra or {}, after, compiled, placements)
-        if background and self._pool is not None:
-            future = self._pool.submit(self._launch, job)
-        else:
-            future = Future()
-            future.set_running_or_notify_cancel()
-            try:
-                future.set_result(self._launch(job))
-            except BaseException as exc:
-                future.set_exception(exc)
+        future = start_job(self._pool if background else None, self._launch, job)
         with self._lock:
             self.runs[key] = future
         return future

@@ -319,15 +319,7 @@ class NanoGPT:
         # ast.parse at once can fail with "SystemError: AST constructor recursion depth mismatch"
         # (https://github.com/python/cpython/issues/106905).
         job = self._prepare(snippets, scale, extra, code, placements, sample)
-        if background and self._pool is not None:
-            future = self._pool.submit(self._launch, job)
-        else:
-            future = Future()
-            future.set_running_or_notify_cancel()
-            try:
-                future.set_result(self._launch(job))
-            except BaseException as exc:
-                future.set_exception(exc)
+        future = start_job(self._pool if background else None, self._launch, job)
         with self._lock:
             self.runs[key] = future
         return future
@@ -484,3 +476,18 @@ class NanoGPT:
                 timeout=600,
             )
         return proc.returncode
+
+
+def start_job(pool, launch, job) -> Future:
+    """``launch(job)`` in `pool`'s thread, or here and now without a pool: a Future either way (the
+    nanoGPT and nanochat checkouts share this; the job was prepared in the caller's thread, where
+    the syntax trees were parsed)."""
+    if pool is not None:
+        return pool.submit(launch, job)
+    future = Future()
+    future.set_running_or_notify_cancel()
+    try:
+        future.set_result(launch(job))
+    except BaseException as exc:
+        future.set_exception(exc)
+    return future

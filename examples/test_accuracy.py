@@ -73,8 +73,12 @@ def test_cases_are_public_reports_with_their_inferences_marked(cases):
         if case.nanochat is not None:
             # the reporter's command line, run by oomguide.nanochat: what the report does not state about
             # it (or the code it ran) is said in [inferred]
-            assert set(case.inferred) <= {*case.nanochat, "code"}, f"{where}: inferred keys name no [nanochat] entry"
-            assert "code" in case.inferred, f"{where}: say which nanochat code the prediction runs, and the reporter's"
+            assert set(case.inferred) <= {*case.nanochat, "code"}, (
+                f"{where}: inferred keys name no [nanochat] entry"
+            )
+            assert "code" in case.inferred, (
+                f"{where}: say which nanochat code the prediction runs, and the reporter's"
+            )
             assert not case.configs, f"{where}: a nanochat case is its command line, not a nanoGPT config"
         if case.message is not None:
             assert "out of memory" in case.message.lower(), f"{where}/message.txt is not an OOM message"

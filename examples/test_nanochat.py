@@ -21,8 +21,6 @@ examples/nanochat_run.py records:
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -316,22 +314,3 @@ def test_a_wrong_placement_fails(nc):
     missing = placement.Placement(CHECKPOINTED, "replace_line", "nanochat/gpt.py", "x = block(x)")
     with pytest.raises(placement.PlacementError, match="has no line"):
         placement.apply(missing, text, source)
-
-
-@pytest.mark.parametrize("bad", ["missing", "empty"])
-def test_bad_nanochat_path_is_a_usage_error(tmp_path, bad):
-    path = tmp_path / bad
-    if bad == "empty":
-        path.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "examples/test_nanochat.py", "--co", "-q", "--nanochat", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    errors = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr
-    expected = "no such folder" if bad == "missing" else "not a nanochat checkout (no nanochat/gpt.py"
-    assert f"--nanochat {path}: {expected}" in errors[0]
