@@ -4,6 +4,8 @@
   what it does.
 - Only ``memory/measure.py`` touches the GPU: no other module imports ``torch.cuda`` or calls
   anything under it, so every other path runs, and is tested, on a CPU-only machine.
+- CONTRIBUTING.md's map ("Where things live", "explain: where things go") names every module, so
+  that a newcomer finds each one from the job it does (issue 23; ``test_the_map_names_every_module``).
 - Beyond src/, every tracked text file cites only what the repository's reader can follow: no fact
   numbers of a notes file kept outside it, no paths into the shared folder beside the checkout
   (issue 23; ``test_nothing_cites_outside_the_repository``).
@@ -53,6 +55,17 @@ def test_the_finder_finds_every_form():
     assert cuda_uses("import torch.cuda") and cuda_uses("from torch.cuda import mem_get_info")
     assert cuda_uses("from torch import cuda") and cuda_uses("import torch\nx = torch.cuda.is_available()")
     assert not cuda_uses("doc = 'torch.cuda.mem_get_info()'\ny = x.cuda()\nimport torch.nn")
+
+
+def test_the_map_names_every_module():
+    """Each module of src/oomguide/ (but package __init__ and __main__) is named in CONTRIBUTING.md by its
+    path under src/oomguide/, in backquotes (nanoGPT's and nanochat's files share some of those names,
+    so a name is not checked the other way round)."""
+    text = (SRC.parents[1] / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([a-z0-9_/]+\.py)\b", text))
+    modules = {_name(p) for p in MODULES if p.name not in ("__init__.py", "__main__.py")}
+    missing = sorted(modules - named)
+    assert not missing, f"CONTRIBUTING.md's map does not name: {', '.join(missing)} (add a row for its job)"
 
 
 def test_modules_were_found():
