@@ -50,9 +50,14 @@ def install() -> bool:
     module = importlib.util.module_from_spec(spec)
 
     def __getattr__(name: str):
-        # anything beyond config and disable: the real package, loaded into this module
         if name.startswith("__"):
             raise AttributeError(name)
+        if importlib.util.find_spec(f"torch._dynamo.{name}") is not None:
+            # a submodule (``from . import utils`` in torch._dynamo.source, which fake tensors import to
+            # make a constant): imported as itself; running the package's __init__ from inside that
+            # import would import torch._dynamo.source again, half-initialised (a circular ImportError)
+            return importlib.import_module(f"torch._dynamo.{name}")
+        # anything else beyond config and disable: the real package, loaded into this module
         del module.__dict__["__getattr__"]
         for own in ("disable", "graph_break"):
             module.__dict__.pop(own, None)
