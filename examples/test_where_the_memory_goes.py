@@ -351,6 +351,11 @@ def test_recorded_outputs_are_current(request, report):
     today's code: the first `mkdocs serve` of a fresh clone shows them without executing anything.
     `pytest examples --update-figures` (or `python -m oomguide.notebooks`) records them again."""
     if request.config.getoption("--update-figures"):
+        if notebooks.nanochat_code() is None:  # CI names one: records made without would be stale there
+            pytest.skip(
+                "not re-recorded: the notebooks' records are made with a nanochat checkout, pytest examples "
+                "--update-figures --nanochat PATH (or OOMGUIDE_NANOCHAT=PATH python -m oomguide.notebooks)"
+            )
         notebooks.record()
     unnamed = [  # made with a nanochat checkout, checked with none named
         p.name

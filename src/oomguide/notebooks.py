@@ -242,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv:
         print("usage: python -m oomguide.notebooks   (records examples/notebook-outputs/)", file=sys.stderr)
         return 2
+    if nanochat_code() is None:
+        print(
+            f"note: {NANOCHAT} names no nanochat checkout: the notebooks print how to name one, and their records "
+            "hold that; CI names one, so record with it (OOMGUIDE_NANOCHAT=PATH python -m oomguide.notebooks)",
+            file=sys.stderr,
+        )
     for path in record():
         print(path.relative_to(ROOT))
     return 0
