@@ -1,7 +1,10 @@
-"""Notebook where-the-memory-goes: its code runs and draws both charts; the five languages share the code.
+"""Notebook where-the-memory-goes: its code runs and draws its charts; the five languages share the code.
 
 The site executes the notebooks during the build (mkdocs-jupyter); this test runs the English one's code
-cells in order, as a kernel would, and checks what they compute against oomguide's predictor.
+cells in order, as a kernel would, and checks what they compute against oomguide's predictor. Its last
+section predicts a nanochat train step with the checkout that ``OOMGUIDE_NANOCHAT`` names (``pytest
+examples --nanochat PATH`` sets it here): with one, the section must compute and agree with ``oomguide
+check --nanochat`` on the nanochat page's line; without one, it prints how to name one and draws nothing.
 """
 
 from __future__ import annotations
@@ -9,7 +12,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
+import shlex
+import subprocess
+import sys
 import tokenize
 import warnings
 from pathlib import Path
@@ -20,8 +27,10 @@ import yaml
 
 from oomguide import figures, memory, notebooks
 from oomguide.config import load_config
+from oomguide.nanochat import check
 
 ROOT = Path(__file__).resolve().parents[1]
+NANOCHAT_LINE = "nanochat/check-237.sh"  # the nanochat page's line that the notebook's last section predicts
 LANGS = ("en", "ja", "zh", "de", "fr")
 TITLES = {
     "en": "# Where the memory goes { #where-the-memory-goes }",
@@ -77,35 +86,63 @@ def test_languages_share_the_code():
 _PREDICTED: dict = {}
 
 
-def run_notebook(lang: str, monkeypatch) -> tuple[dict, list, str]:
+@pytest.fixture(autouse=True)
+def nanochat_checkout(request, monkeypatch) -> Path | None:
+    """The nanochat checkout the notebook computes with: ``--nanochat PATH`` (by default
+    ``OOMGUIDE_NANOCHAT``), given to the notebook as ``OOMGUIDE_NANOCHAT``; None without one."""
+    path = getattr(request.config, "_oomguide_nanochat", None)
+    if path is None:
+        monkeypatch.delenv(notebooks.NANOCHAT, raising=False)
+    else:
+        monkeypatch.setenv(notebooks.NANOCHAT, str(path))
+    return path
+
+
+def _shared(function):
+    """`function` with its results shared between the languages' runs (the code is the same)."""
+
+    def shared(*args, **kwargs):
+        key = (function.__qualname__, repr(args), repr(sorted(kwargs.items())))
+        if key not in _PREDICTED:
+            _PREDICTED[key] = function(*args, **kwargs)
+        return _PREDICTED[key]
+
+    return shared
+
+
+def run_notebook(lang: str, monkeypatch, by_cell: list | None = None) -> tuple[dict, list, str]:
     """A language's notebook namespace after running its code cells, its figures (Agg backend) and
-    what it printed. The predictions are shared between the languages (the code is the same)."""
+    what it printed (`by_cell`: filled with what each code cell printed). The predictions, nanoGPT's
+    and nanochat's, are shared between the languages (the code is the same)."""
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    real_predict = memory.predict
-
-    def predict(*args, **kwargs):
-        key = (repr(args), repr(sorted(kwargs.items())))
-        if key not in _PREDICTED:
-            _PREDICTED[key] = real_predict(*args, **kwargs)
-        return _PREDICTED[key]
 
     plt.close("all")
     plt.rcdefaults()
     shown = []
     monkeypatch.setattr(plt, "show", lambda *a, **k: shown.append(plt.gcf()))
-    monkeypatch.setattr(memory, "predict", predict)
+    monkeypatch.setattr(memory, "predict", _shared(memory.predict))
+    monkeypatch.setattr(check, "verdict", _shared(check.verdict))
     namespace: dict = {}
-    printed = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
+    printed = []
+    with warnings.catch_warnings():
         warnings.simplefilter("error")  # a notebook that warns (a glyph missing from the font) shows it
         for cell in cells(lang):
             if cell["cell_type"] == "code":
-                exec(compile(source(cell), f"docs/{lang}/where-the-memory-goes.ipynb", "exec"), namespace)
-                for fig in shown:
-                    fig.canvas.draw()  # lays out the text: a missing glyph warns here
-    return namespace, shown, printed.getvalue()
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    exec(compile(source(cell), f"docs/{lang}/where-the-memory-goes.ipynb", "exec"), namespace)
+                    for fig in shown:
+                        fig.canvas.draw()  # lays out the text: a missing glyph warns here
+                printed.append(out.getvalue())
+    if by_cell is not None:
+        by_cell[:] = printed
+    return namespace, shown, "".join(printed)
+
+
+def charts_expected() -> int:
+    """The breakdown and the batch curve, and nanochat's step beside nanoGPT's where a checkout is named."""
+    return 3 if os.environ.get(notebooks.NANOCHAT) else 2
 
 
 @pytest.fixture
@@ -133,9 +170,9 @@ def test_charts_and_printed_lines_in_the_readers_language(lang, monkeypatch):
     try:
         _, en_shown, _ = run_notebook("en", monkeypatch)
         namespace, shown, printed = run_notebook(lang, monkeypatch)
-        assert len(shown) == len(en_shown) == 2
+        assert len(shown) == len(en_shown) == charts_expected()
         phases, categories = namespace["PHASE_LABELS"], namespace["CATEGORY_LABELS"]
-        breakdown, curve = (fig.axes[0] for fig in shown)
+        breakdown, curve = (fig.axes[0] for fig in shown[:2])
         assert [t.get_text() for t in breakdown.get_legend().get_texts()] == list(categories.values())[::-1]
         assert [t.get_text() for t in breakdown.get_xticklabels()] == list(phases.values())
         legend = [t.get_text() for t in curve.get_legend().get_texts()]
@@ -156,6 +193,16 @@ def test_charts_and_printed_lines_in_the_readers_language(lang, monkeypatch):
         for label in phases.values():
             assert label in printed, (lang, label)
         assert figures.format_figure(namespace["peaks"]["train_step"].peak_bytes, "gib", lang) in printed
+        if namespace["nanochat"] is not None:  # nanochat's step beside nanoGPT's: its own words
+            step = namespace["nanochat"]["phases"]["train_step"]
+            assert figures.format_figure(step["peak_bytes"], "gib", lang) in printed
+            for label in namespace["STEP_LABELS"]["nanochat"].values():
+                assert label in printed, (lang, label)
+            beside = shown[2].axes[0]
+            assert [t.get_text() for t in beside.get_legend().get_texts()] == list(
+                namespace["legend"].values()
+            )[::-1]
+            assert namespace["legend"].keys() == namespace["CATEGORY_LABELS"].keys()
         # the glossary holds for what the charts and the printed lines say
         said = printed + " ".join(
             t.get_text()
@@ -176,8 +223,8 @@ def test_charts_and_printed_lines_in_the_readers_language(lang, monkeypatch):
 
 def test_notebook_draws_the_breakdown_and_the_batch_curve(executed, report):
     namespace, shown = executed
-    assert len(shown) == 2, "two charts: the breakdown and the peak against batch_size"
-    breakdown, curve = (fig.axes[0] for fig in shown)
+    assert len(shown) == charts_expected(), "the breakdown, the peak against batch_size (and nanochat's step)"
+    breakdown, curve = (fig.axes[0] for fig in shown[:2])
 
     # 1. stacked bars: one bar per phase, one stack per category, summing to the predicted peak
     config = load_config()
@@ -211,12 +258,115 @@ def test_notebook_draws_the_breakdown_and_the_batch_curve(executed, report):
     )
 
 
+def nanochat_line(checkout: Path) -> tuple[list[str], str, list[str]]:
+    """The nanochat page's oomguide line (``snippets/nanochat/check-237.sh``), with the reader's
+    checkout for ~/nanochat: oomguide's arguments, among them its ``--gpu``, and the nanochat command."""
+    words = shlex.split((ROOT / "snippets" / NANOCHAT_LINE).read_text(encoding="utf-8"))
+    words = [str(checkout) if w == "~/nanochat" else w for w in words]
+    at = words.index("--")
+    assert words[:3] == ["oomguide", "check", "--nanochat"] and words[4] == "--gpu" and at == 6, words
+    return words[1:at], words[5], words[at + 1 :]
+
+
+def test_nanochat_beside_nanogpt(nanochat_checkout, monkeypatch, report):
+    """With a nanochat checkout, the last section computes: its chart stacks nanoGPT's train step
+    (``memory.predict``) beside nanochat's, and nanochat's figures are those that ``oomguide check
+    --nanochat`` gives for the nanochat page's line, run as the reader runs it."""
+    if nanochat_checkout is None:
+        pytest.skip("needs a nanochat checkout: pytest examples --nanochat PATH (or OOMGUIDE_NANOCHAT=PATH)")
+    printed_by_cell: list = []
+    namespace, shown, printed = run_notebook("en", monkeypatch, printed_by_cell)
+    assert namespace["nanochat"] is not None and len(shown) == 3, "the nanochat section did not compute"
+
+    # the notebook predicts the page's line
+    arguments, gpu, command = nanochat_line(nanochat_checkout)
+    assert (namespace["NANOCHAT_GPU"], namespace["NANOCHAT_COMMAND"]) == (gpu, command)
+
+    # ... and gives what `oomguide check --nanochat` gives for it (the command itself, in a process of its own)
+    cli = subprocess.run(
+        [sys.executable, "-m", "oomguide", *arguments, "--json", "--no-search", "--", *command],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, LANG="C.UTF-8"),
+        timeout=600,
+    )
+    assert cli.returncode in (0, 1), cli.stderr
+    expected = json.loads(cli.stdout)["phases"]["train_step"]
+    step = namespace["nanochat"]["phases"]["train_step"]
+    assert (step["peak_bytes"], step["breakdown"]) == (expected["peak_bytes"], expected["breakdown"])
+    assert list(expected["breakdown"]) == list(memory.CATEGORIES)  # the same five categories as nanoGPT's
+
+    # the chart: one bar per project, stacked by category, summing to each train step's peak
+    nanogpt = memory.predict(load_config(), "train_step")
+    beside = shown[2].axes[0]
+    assert len(beside.containers) == len(memory.CATEGORIES)
+    for container, category in zip(beside.containers, memory.CATEGORIES):
+        heights = [bar.get_height() for bar in container.patches]
+        wanted = [memory.gib(nanogpt.breakdown[category]), memory.gib(expected["breakdown"][category])]
+        assert heights == pytest.approx(wanted, rel=1e-12), category
+    tops = [bar.get_y() + bar.get_height() for bar in beside.containers[-1].patches]
+    assert tops == pytest.approx(
+        [memory.gib(nanogpt.peak_bytes), memory.gib(expected["peak_bytes"])], rel=1e-9
+    )
+
+    # the printed figures are those
+    said = printed_by_cell[-2]  # the section's first code cell
+    assert f"peak {figures.format_figure(expected['peak_bytes'], 'gib', 'en')}" in said
+    assert f"peak {figures.format_figure(nanogpt.peak_bytes, 'gib', 'en')}" in said
+    for category in memory.CATEGORIES:
+        assert figures.format_figure(expected["breakdown"][category], "gib", "en") in said, category
+    state = expected["breakdown"]["optimizer_state"] / expected["breakdown"]["gradients"]
+    assert f"{figures.format_figure(state, 'ratio', 'en')} in nanochat" in said
+    report(
+        "where-the-memory-goes, nanochat beside nanoGPT: "
+        f"{' '.join(command)} on {gpu}: train step {memory.fmt_bytes(expected['peak_bytes'])}, "
+        f"nanoGPT {memory.fmt_bytes(nanogpt.peak_bytes)}; agrees with oomguide check --nanochat"
+    )
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_without_a_nanochat_checkout_the_section_says_how_to_name_one(lang, monkeypatch):
+    """No ``OOMGUIDE_NANOCHAT``: the section's cell prints one line, in the page's language, that
+    names the variable, and its chart cell draws nothing; the rest of the notebook is unchanged."""
+    import matplotlib.pyplot as plt
+
+    monkeypatch.delenv(notebooks.NANOCHAT, raising=False)
+    try:
+        en_cells: list = []
+        run_notebook("en", monkeypatch, en_cells)
+        by_cell: list = []
+        namespace, shown, _ = run_notebook(lang, monkeypatch, by_cell)
+        assert namespace["nanochat"] is None and len(shown) == 2
+        line, chart = by_cell[-2:]
+        assert line.count("\n") == 1 and not chart, (lang, by_cell[-2:])
+        assert "OOMGUIDE_NANOCHAT=~/nanochat" in line, lang
+        assert lang == "en" or line != en_cells[-2], f"{lang}: the line is not translated"
+    finally:
+        plt.close("all")
+        plt.rcdefaults()
+
+
 def test_recorded_outputs_are_current(request, report):
     """The repository's records of the notebooks' outputs (examples/notebook-outputs/) are those of
     today's code: the first `mkdocs serve` of a fresh clone shows them without executing anything.
     `pytest examples --update-figures` (or `python -m oomguide.notebooks`) records them again."""
     if request.config.getoption("--update-figures"):
+        if notebooks.nanochat_code() is None:  # CI names one: records made without would be stale there
+            pytest.skip(
+                "not re-recorded: the notebooks' records are made with a nanochat checkout, pytest examples "
+                "--update-figures --nanochat PATH (or OOMGUIDE_NANOCHAT=PATH python -m oomguide.notebooks)"
+            )
         notebooks.record()
+    unnamed = [  # made with a nanochat checkout, checked with none named
+        p.name
+        for p in notebooks.RECORDS.glob("*.json")
+        if json.loads(p.read_text(encoding="utf-8")).get("nanochat") and notebooks.nanochat_code() is None
+    ]
+    if unnamed:
+        pytest.skip(
+            "the records were made with a nanochat checkout: check them with one, pytest examples "
+            "--nanochat PATH (or OOMGUIDE_NANOCHAT=PATH)"
+        )
     problems = []
     wanted = set()
     for path in notebooks.notebook_paths():
@@ -227,14 +377,14 @@ def test_recorded_outputs_are_current(request, report):
         if not record.is_file():
             problems.append(f"{lang}: no record for this notebook's code and library versions")
         elif notebooks.load(record) is None:
-            problems.append(
-                f"{lang}: record made with other code: {', '.join(notebooks.stale_modules(record))}"
-            )
+            problems.append(f"{lang}: record made with other code: {', '.join(notebooks.stale(record))}")
         else:
             outputs = notebooks.load(record)
             assert len(outputs) == len(code), f"{lang}: {len(outputs)} recorded outputs for {len(code)} cells"
             images = sum("image/png" in o.get("data", {}) for cell in outputs for o in cell)
-            assert images >= 2, f"{lang}: the record holds {images} chart(s), the notebook draws two"
+            assert images == charts_expected(), (
+                f"{lang}: the record holds {images} chart(s), the notebook draws {charts_expected()}"
+            )
             report(f"{lang}: recorded outputs current ({record.name}, {images} charts)")
     extra = sorted(p.name for p in notebooks.RECORDS.glob("*.json") if p not in wanted)
     if extra:

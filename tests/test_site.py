@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -644,6 +645,40 @@ def test_notebooks_are_pages(site):
                     problems.append(
                         f"{rel(page, site)} ({lang}): language switcher to {other} goes to {link!r}"
                     )
+    assert problems == []
+
+
+NOTEBOOK_IMAGE = re.compile(r'<img[^>]*\ssrc="data:image/png')
+NOTEBOOK_OUTPUT = re.compile(r'class="jp-RenderedText[^"]*"[^>]*>\s*<pre>(.*?)</pre>', re.S)
+
+
+def test_notebook_computes_nanochat_beside_nanogpt(site):
+    """The build executes the notebook's nanochat section: where OOMGUIDE_NANOCHAT names a checkout
+    (CI names one), its printed breakdown and its chart are on every language's page; where none is
+    named, the line that says how to name one, and no chart."""
+    named = bool(os.environ.get("OOMGUIDE_NANOCHAT"))
+    problems = []
+    for lang in LANGS:
+        prefix = "" if lang == DEFAULT else f"{lang}/"
+        page = site / prefix / "where-the-memory-goes" / "index.html"
+        text = page.read_text(encoding="utf-8") if page.is_file() else ""
+        at = text.find('id="nanochat-beside-nanogpt"')
+        if at < 0:
+            problems.append(f"{rel(page, site)} ({lang}): no section #nanochat-beside-nanogpt")
+            continue
+        section = text[at:]
+        printed = html.unescape("".join(NOTEBOOK_OUTPUT.findall(section)))
+        charts = len(NOTEBOOK_IMAGE.findall(section))
+        if named and (charts != 1 or "MuonAdamW" not in printed):
+            problems.append(
+                f"{rel(page, site)} ({lang}): OOMGUIDE_NANOCHAT is set but the nanochat section did not "
+                f"compute ({charts} chart(s); printed: {printed[:200]!r})"
+            )
+        if not named and (charts != 0 or "OOMGUIDE_NANOCHAT=~/nanochat" not in printed):
+            problems.append(
+                f"{rel(page, site)} ({lang}): without OOMGUIDE_NANOCHAT the section should print how to "
+                f"name a checkout and draw nothing ({charts} chart(s); printed: {printed[:200]!r})"
+            )
     assert problems == []
 
 

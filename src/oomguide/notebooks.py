@@ -9,7 +9,10 @@ Outputs are kept as a *record*: the outputs of each code cell, plus the modules 
 the kernel had imported when the notebook ended, with a hash of each file's content. A record is
 found by a key of the notebook's code, its kernel and the versions of torch, numpy and matplotlib
 (``key``), and is used only while every module it lists is unchanged (``load``): a figure is never
-older than the code that computes it.
+older than the code that computes it. A notebook that imported ``oomguide.nanochat`` computed with
+the nanochat checkout that ``OOMGUIDE_NANOCHAT`` names, or printed how to name one: its record
+also holds that checkout's code (``nanochat_code``, None for none), and is used only while
+``OOMGUIDE_NANOCHAT`` names a checkout with the same code (or still none).
 
 Records live in two places. ``mkdocs serve`` keeps what it executed under
 ``.cache/oomguide-notebooks/`` (not in git). The repository carries one record per language in
@@ -35,6 +38,7 @@ PACKAGE = Path(__file__).resolve().parent  # src/oomguide
 ROOT = PACKAGE.parents[1]
 RECORDS = ROOT / "examples" / "notebook-outputs"
 NOTEBOOKS = "where-the-memory-goes.ipynb"  # the notebook pages, in every language's folder
+NANOCHAT = "OOMGUIDE_NANOCHAT"  # the nanochat checkout a notebook computes nanochat's figures with
 
 # run once in the kernel, before the first notebook (never shown on a page)
 SETUP = """\
@@ -55,8 +59,10 @@ def _remember(predict):
 
 import matplotlib as _matplotlib, matplotlib.pyplot as _plt
 from oomguide import memory as _memory
+from oomguide.nanochat import check as _nanochat_check
 _matplotlib._oomguide_rc = dict(_matplotlib.rcParams.copy())
 _memory.predict = _remember(_memory.predict)
+_nanochat_check.verdict = _remember(_nanochat_check.verdict)
 """
 # run before each notebook: a fresh namespace, no figure left open, the kernel's own rcParams
 RESET = """\
@@ -115,26 +121,45 @@ def module_digests(files: list[str]) -> dict[str, str]:
     return out
 
 
-def _changed(modules: dict[str, str]) -> list[str]:
-    """Those of a record's modules whose file is gone or reads differently now."""
-    return [r for r, d in modules.items() if not (PACKAGE / r).is_file() or _digest(PACKAGE / r) != d]
+def nanochat_code(environ=None) -> str | None:
+    """The code of the nanochat checkout that ``OOMGUIDE_NANOCHAT`` names, as the accuracy page's
+    cache keys it (``nanochat.cases.checkout_digest``: its nanochat/*.py and scripts/*.py, what a
+    prediction runs), or None where it names none."""
+    from .nanochat import cases
+
+    value = (os.environ if environ is None else environ).get(NANOCHAT)
+    return cases.checkout_digest(Path(os.path.expanduser(value))) if value else None
+
+
+def _uses_nanochat(modules: dict[str, str]) -> bool:
+    return any(name.startswith("nanochat/") for name in modules)
+
+
+def _stale(record: dict) -> list[str]:
+    """What a record's outputs depend on that reads differently now: the modules whose file is gone
+    or changed, and the nanochat checkout where OOMGUIDE_NANOCHAT names other code than it did."""
+    modules = record["modules"]
+    out = [r for r, d in modules.items() if not (PACKAGE / r).is_file() or _digest(PACKAGE / r) != d]
+    if _uses_nanochat(modules) and ("nanochat" not in record or record["nanochat"] != nanochat_code()):
+        out.append(f"the nanochat checkout that {NANOCHAT} names")
+    return out
 
 
 def load(path: Path) -> list | None:
-    """The outputs recorded at `path`, or None when there is no record or a module it used has changed."""
+    """The outputs recorded at `path`, or None when there is no record or something it used has changed."""
     try:
         record = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     modules = record.get("modules") if isinstance(record, dict) else None
-    if not modules or "outputs" not in record or _changed(modules):
+    if not modules or "outputs" not in record or _stale(record):
         return None
     return record["outputs"]
 
 
-def stale_modules(path: Path) -> list[str]:
-    """The modules a record used whose content has changed since (for the tests' message)."""
-    return _changed(json.loads(Path(path).read_text(encoding="utf-8"))["modules"])
+def stale(path: Path) -> list[str]:
+    """What a record used that has changed since (for the tests' message)."""
+    return _stale(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def _write(path: Path, record: dict) -> None:
@@ -173,7 +198,10 @@ def execute(jobs: list[dict], kernel: str, timeout: int) -> None:
                 outputs = json.loads(json.dumps([c.outputs for c in nb.cells[start + 1 : -1]]))
                 used = json.loads("".join(o.get("text", "") for o in nb.cells[-1].outputs))
                 if job["store"] is not None:
-                    _write(job["store"], {"modules": module_digests(used), "outputs": outputs})
+                    record = {"modules": module_digests(used), "outputs": outputs}
+                    if _uses_nanochat(record["modules"]):  # the kernel's environment is this process's
+                        record["nanochat"] = nanochat_code()
+                    _write(job["store"], record)
                 job["future"].set_result(outputs)
     except BaseException as exc:
         for job in jobs:
@@ -214,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv:
         print("usage: python -m oomguide.notebooks   (records examples/notebook-outputs/)", file=sys.stderr)
         return 2
+    if nanochat_code() is None:
+        print(
+            f"note: {NANOCHAT} names no nanochat checkout: the notebooks print how to name one, and their records "
+            "hold that; CI names one, so record with it (OOMGUIDE_NANOCHAT=PATH python -m oomguide.notebooks)",
+            file=sys.stderr,
+        )
     for path in record():
         print(path.relative_to(ROOT))
     return 0

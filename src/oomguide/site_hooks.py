@@ -318,7 +318,8 @@ def on_post_build(config) -> None:
 # cache on (`mkdocs serve`), outputs come from a record when one is current: the one `mkdocs serve`
 # made before (.cache/oomguide-notebooks/), else the repository's (examples/notebook-outputs/), so
 # that the first serve of a fresh clone executes nothing; a record is current while the code, the
-# library versions and every module of oomguide it used are unchanged (oomguide.notebooks.load).
+# library versions and every module of oomguide it used are unchanged, and, where it computed with nanochat,
+# while OOMGUIDE_NANOCHAT names a checkout with the same code (oomguide.notebooks.load).
 # With the cache off (the tests and .ci/run) every build executes.
 
 _EXECUTIONS: dict[str, Future] = {}  # key -> the outputs of each code cell of one notebook
