@@ -11,8 +11,11 @@ found by a key of the notebook's code, its kernel and the versions of torch, num
 (``key``), and is used only while every module it lists is unchanged (``load``): a figure is never
 older than the code that computes it. A notebook that imported ``oomguide.nanochat`` computed with
 the nanochat checkout that ``OOMGUIDE_NANOCHAT`` names, or printed how to name one: its record
-also holds that checkout's code (``nanochat_code``, None for none), and is used only while
-``OOMGUIDE_NANOCHAT`` names a checkout with the same code (or still none).
+also holds that checkout's code (``nanochat_code``, None for none). Where ``OOMGUIDE_NANOCHAT``
+names a checkout, the record is used only while that checkout has the same code; where it names
+none, the record is used as it is, as the nanochat page shows the figures the examples computed
+with CI's checkout (``examples/figures.json``): a reader who serves the site has no nanochat to
+compute with, and the page then shows what the recorded checkout gave.
 
 Records live in two places. ``mkdocs serve`` keeps what it executed under
 ``.cache/oomguide-notebooks/`` (not in git). The repository carries one record per language in
@@ -140,8 +143,10 @@ def _stale(record: dict) -> list[str]:
     or changed, and the nanochat checkout where OOMGUIDE_NANOCHAT names other code than it did."""
     modules = record["modules"]
     out = [r for r, d in modules.items() if not (PACKAGE / r).is_file() or _digest(PACKAGE / r) != d]
-    if _uses_nanochat(modules) and ("nanochat" not in record or record["nanochat"] != nanochat_code()):
-        out.append(f"the nanochat checkout that {NANOCHAT} names")
+    if _uses_nanochat(modules):
+        now = nanochat_code()
+        if "nanochat" not in record or (now is not None and record["nanochat"] != now):
+            out.append(f"the nanochat checkout that {NANOCHAT} names")
     return out
 
 
