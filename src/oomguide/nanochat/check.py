@@ -103,7 +103,9 @@ class _Judge:
             result.allocated_at_failure_bytes = tracker.allocated_at_failure
         result.attention = ", ".join(used) or None
         reserved.judge(result, traces, len(traces) - 1, self.card.total_memory, self.conf)
-        if spec.searched:
+        if spec.searched and (batch > 1 or not batches.family(key).runs):
+            # batch size 1 is never derived (``memory.batches``): its run, which may make other copies
+            # than a larger batch's, is no check of a family fitted on larger ones
             batches.remember(key, batch, traces, tracker.peak)
         return result
 
