@@ -7,7 +7,10 @@ with ``oomguide check --nanochat`` on the reader's checkout (``--nanochat PATH``
 that the searches of one prediction share their runs (``memory.batches``):
 
 - the table: the largest ``--device-batch-size`` of base_train's training step per depth and card,
-  the peaks of base_train's CORE evaluation and of chat_cli's generation, and chat_sft's step;
+  the peaks of base_train's CORE evaluation and of chat_cli's generation, and chat_sft's step; a
+  row's five cards with ``check.verdicts``, the function behind the command given the row's five
+  requests at once, so that their runs on fake tensors are made once (each card's answer is the
+  command's own for that card alone: tests/test_nanochat_check.py);
 - what gradient accumulation does: the speedrun's line and the page's halved line;
 - each "below batch 1" option at ``--device-batch-size=1``, the Blocks' checkpointing in a copy of
   the checkout with the page's change to ``nanochat/gpt.py``;
@@ -28,7 +31,7 @@ import pytest
 from oomguide import placement
 from oomguide.cli import main
 from oomguide.memory import gpus
-from oomguide.nanochat.check import fa3_for
+from oomguide.nanochat.check import Request, fa3_for, verdicts
 
 PAGE_FIGURES = "nanochat"
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,9 +105,34 @@ def with_batch(words: list[str], batch: int) -> list[str]:
     return [w for w in words if not w.startswith("--device-batch-size=")] + [f"--device-batch-size={batch}"]
 
 
+def card_memory(size: str) -> str:
+    return f"{gpus.find_gpu(CARDS[size]).total_memory / 2**30:.2f}GiB"
+
+
 def card_args(size: str) -> tuple[str, ...]:
-    card = gpus.find_gpu(CARDS[size])
-    return ("--gpu-memory", f"{card.total_memory / 2**30:.2f}GiB", "--capability", CAPABILITY)
+    return ("--gpu-memory", card_memory(size), "--capability", CAPABILITY)
+
+
+def card_request(checkout, size: str, command: list[str]) -> Request:
+    """The request ``check --nanochat CHECKOUT card_args(size) -- COMMAND`` makes (the options read
+    by the command's own readers)."""
+    memory, capability = gpus.card_memory(card_memory(size)), gpus.parse_capability(CAPABILITY)
+    return Request(str(checkout), command, gpu_memory=memory, capability=capability)
+
+
+_ROWS: dict = {}
+
+
+def row(checkout, depth: int) -> dict:
+    """A row of the table: base_train's line on the 12 GB card (every phase) and its training step
+    alone on the others, as ``check --nanochat --json`` gives each (card size -> the output)."""
+    key = (str(checkout), depth)
+    if key not in _ROWS:
+        sizes = list(CARDS)
+        requests = [card_request(checkout, s, base(depth) + ([] if s == "12" else TRAIN_ONLY)) for s in sizes]
+        outs = verdicts(requests)
+        _ROWS[key] = {s: json.loads(json.dumps(out)) for s, out in zip(sizes, outs)}
+    return _ROWS[key]
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +158,13 @@ def test_every_card_runs_the_same_kernels():
 def test_table(checkout, figure, depth):
     """One row per depth: the largest device batch of the training step on each card, and the peaks
     of base_train's CORE evaluation and of chat_cli, which --device-batch-size does not batch."""
-    full = check(checkout, *card_args("12"), command=base(depth))
+    cards = row(checkout, depth)
+    full = cards["12"]
     assert full["phases"]["train_step"]["searched"] == "device_batch_size"
     figure(f"train_d{depth}_12", full["phases"]["train_step"]["max_batch_size"], "int")
     figure(f"core_d{depth}", full["phases"]["core"]["peak_bytes"], "gib")
     for size in ("16", "24", "40", "80"):
-        out = check(checkout, *card_args(size), command=base(depth) + TRAIN_ONLY)
+        out = cards[size]
         assert list(out["phases"]) == ["train_step"]
         figure(f"train_d{depth}_{size}", out["phases"]["train_step"]["max_batch_size"], "int")
     cli = check(
@@ -155,7 +184,7 @@ def test_chat_sft_steps_like_base_train(checkout, figure):
     sft = check(
         checkout, *args, "--from-base", " ".join(base(20)), command=["python", "-m", "scripts.chat_sft"]
     )
-    pre = check(checkout, *args, command=base(20) + TRAIN_ONLY)
+    pre = row(checkout, 20)["24"]  # check CHECKOUT card_args("24") -- base(20) + TRAIN_ONLY
     assert sft["phases"]["train_step"]["peak_bytes"] == pre["phases"]["train_step"]["peak_bytes"]
     assert sft["phases"]["train_step"]["max_batch_size"] == pre["phases"]["train_step"]["max_batch_size"]
     figure("sft_total_batch", sft["total_batch_size"], "int")

@@ -279,3 +279,42 @@ def test_fp8_runs_nanochats_float8_linear_on_a_card_that_has_it():
     assert a100["phases"]["train_step"]["peak_bytes"] == check.verdict(
         check.Request(str(NANOCHAT), line[:-1], gpu="A100 80GB", search=False)
     )["phases"]["train_step"]["peak_bytes"]
+
+
+def test_several_cards_at_once_are_each_the_check_of_that_card_alone(monkeypatch):
+    """``verdicts``: one command line on several cards (and cards of other capabilities, --fp8 where the
+    card converts and where it does not), its runs on fake tensors made once, gives each card exactly
+    what ``verdict`` gives for it alone: every phase, the verdicts on allocated and reserved bytes and
+    the batch search; the cards in ascending memory, so that the verdict on allocated bytes is read
+    from a smaller card's runs where that settles it and run again where it does not."""
+    from oomguide import units
+    from oomguide.nanochat import check
+
+    line = ["python", "-m", "scripts.base_train", "--depth=2", "--max-seq-len=256", "--device-batch-size=8"]
+    # total memory (GiB), capability: not even batch 1 fits; 4; the line's 8; 16; SDPA, no FA3
+    cards = [(0.45, (8, 0)), (0.6, (8, 0)), (0.75, (8, 0)), (1.25, (8, 0)), (0.75, (7, 5))]
+    requests = [
+        check.Request(str(NANOCHAT), line, gpu_memory=int(m * units.GiB), capability=c) for m, c in cards
+    ]
+    requests += [  # --fp8 converts on 9.0, not on 8.0 (that run is the plain line's)
+        check.Request(str(NANOCHAT), [*line, "--fp8"], gpu_memory=int(0.75 * units.GiB), capability=c)
+        for c in ((9, 0), (8, 0))
+    ]
+    made = []
+    real_run = check.run
+
+    def counted(code, setting, spec, batch, budget, **kwargs):
+        made.append((setting.capability, spec, batch, budget))
+        return real_run(code, setting, spec, batch, budget, **kwargs)
+
+    monkeypatch.setattr(check, "run", counted)
+    together = check.verdicts(requests)
+    shared = len(made)
+    alone = [check.verdict(request) for request in requests]
+    assert together == alone
+    assert shared < len(made) - shared, (shared, len(made) - shared)  # the runs were shared
+    train = [out["phases"]["train_step"] for out in together]
+    assert [t["max_batch_size"] for t in train[:4]] == [0, 4, 8, 16], train
+    assert [t["fits"] for t in train[:4]] == [False, False, True, True]
+    assert together[-1]["assumptions"] != together[2]["assumptions"]  # --fp8 said, not run, on 8.0
+    assert train[-1] == train[2] and train[-2] != train[2]

@@ -8,13 +8,15 @@ machinery: ``memory.gpus`` for the card, ``memory.reserved.judge`` for the cachi
 reserved peak and the verdict on it, ``memory.search.max_batch_size`` for the search, whose probes
 come from two real runs (``memory.batches``) as nanoGPT's do. A phase during training (a later
 evaluation, sampling, the next step) is replayed after the training step, whose segments the
-allocator has cached. Never imports torch.cuda.
+allocator has cached. ``verdicts`` judges one line on several cards (the nanochat page's table) with
+its runs on fake tensors made once (``Runs``): a run does not depend on the card's memory, only its
+replay does. Never imports torch.cuda.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -48,28 +50,71 @@ def fa3_for(capability: tuple, dtype: str) -> bool:
     return dtype == "bfloat16" and (8, 0) <= tuple(capability) < (10, 0)
 
 
+class Runs:
+    """The runs on fake tensors that verdicts make, kept for every later verdict given the same
+    ``Runs``: those of one command line on several cards (``verdicts``), or of several lines.
+
+    A run is decided by nanochat's code (the compute dtype), the ``Setting`` (the shape, the ranks,
+    the compute capability and with it the attention kernel) and the phase (``--fp8`` included) at
+    its batch size; it is filed under exactly those, so a card of another capability or dtype never
+    gets another card's run. What the tracker records (its trace, peak, breakdown, largest
+    allocation) does not depend on the card: its budget only marks the first allocation over it
+    (``AllocationTracker.failing``), which here gives the verdict on allocated bytes alone
+    (``allocated_fits``; the failing allocation that is reported is the allocator replay's,
+    ``reserved.judge``). That verdict is read for another budget from the ones a run was made with,
+    where they settle it (`allocated_fits`), else the run is made again with the card's budget."""
+
+    def __init__(self):
+        self._runs: dict = {}
+
+    def get(self, code, setting, spec, batch: int, budget: int, allocated: bool = False) -> _Run:
+        """The run of `spec` at `batch`; `allocated`: with its tracker's verdict known at `budget`."""
+        key = (id(code), setting, spec, batch)
+        found = self._runs.get(key)
+        if found is None or (allocated and found.allocated_fits(budget) is None):
+            tracker, used = run(code, setting, spec, batch, budget)
+            if found is None:
+                found = self._runs[key] = _Run(code, tracker, used)
+            found.budgets[budget] = tracker.failing is None
+        return found
+
+
+@dataclass
+class _Run:
+    code: object  # (kept alive: its id is part of the run's key)
+    tracker: object
+    used: list  # the attention kernels
+    budgets: dict = field(default_factory=dict)  # budget -> whether the tracker saw no allocation over it
+
+    def allocated_fits(self, budget: int) -> bool | None:
+        """Whether the tracker would see no allocation over `budget` (None: not settled by the budgets
+        it ran with). Its failing allocation is the first that takes what it holds over the budget,
+        so a budget as large as one it fitted fits, one as small as one it failed fails, and so does
+        any budget below its peak (what it held after an allocation)."""
+        if any(fit and b <= budget for b, fit in self.budgets.items()):
+            return True
+        if self.tracker.peak > budget or any(not fit and b >= budget for b, fit in self.budgets.items()):
+            return False
+        return None
+
+
 class _Judge:
     """Predicts a plan's phases on one card; files runs by batch size for the search."""
 
-    def __init__(self, code, plan, setting, card, conf):
+    def __init__(self, code, plan, setting, card, conf, runs: Runs | None = None):
         self.code, self.plan, self.setting, self.card, self.conf = code, plan, setting, card, conf
         self.budget = units.usable_bytes(card.total_memory)
-        self._traces: dict = {}
+        self.runs = Runs() if runs is None else runs
 
-    def _real(self, spec, batch):
-        spec = _runs_as(spec)
-        key = (spec, batch)
-        if key not in self._traces:
-            tracker, used = run(self.code, self.setting, spec, batch, self.budget)
-            self._traces[key] = (tracker, used)
-        return self._traces[key]
+    def _real(self, spec, batch, allocated: bool = False) -> _Run:
+        return self.runs.get(self.code, self.setting, _runs_as(spec), batch, self.budget, allocated)
 
     def warmup(self, spec, batch):
         """The training step before a phase during training (its segments cached), or None."""
         train = next((p for p in self.plan.phases if p.kind == "train"), None)
         if train is None:
             return None
-        return self._real(train, batch if spec.searched and train.searched else train.batch)[0].trace
+        return self._real(train, batch if spec.searched and train.searched else train.batch).tracker.trace
 
     def predict(self, spec, batch, search: bool = False) -> PhaseResult:
         spec = _runs_as(spec)
@@ -83,7 +128,8 @@ class _Judge:
             result.fits = reserved.fits(traces, self.budget, self.card.total_memory, self.conf, peak=result.peak_bytes)
             if result.fits is not None:
                 return result
-        tracker, used = self._real(spec, batch)
+        made = self._real(spec, batch, allocated=True)
+        tracker = made.tracker
         warm = self.warmup(spec, batch)
         traces = [tracker.trace] if warm is None else [warm, tracker.trace]
         result = PhaseResult(
@@ -96,14 +142,13 @@ class _Judge:
             breakdown=tracker.breakdown(),
             budget_bytes=self.budget,
         )
-        result.fits = tracker.failing is None
-        if tracker.failing is not None:
-            result.failing_allocation_bytes = units.segment_size(tracker.failing.nbytes)
-            result.failing_allocation = tracker.failing.describe()
-            result.allocated_at_failure_bytes = tracker.allocated_at_failure
-        result.attention = ", ".join(used) or None
+        result.fits = made.allocated_fits(self.budget)  # the verdict on allocated bytes (``allocated_fits``)
+        result.attention = ", ".join(made.used) or None
+        # on a card, the allocator replay decides and names the failing allocation (``reserved.judge``)
         reserved.judge(result, traces, len(traces) - 1, self.card.total_memory, self.conf)
-        if spec.searched:
+        if spec.searched and (batch > 1 or not batches.family(key).runs):
+            # batch size 1 is never derived (``memory.batches``): its run, which may make other copies
+            # than a larger batch's, is no check of a family fitted on larger ones
             batches.remember(key, batch, traces, tracker.peak)
         return result
 
@@ -112,7 +157,7 @@ class _Judge:
         made only once a search asks for a batch no run has: a search that needs no probe (the
         command's own batch is the largest the script accepts, and it fits) costs no second run."""
         second = second_batch(first)
-        tracker, _ = self._real(spec, second)
+        tracker = self._real(spec, second).tracker
         warm = self.warmup(spec, second)
         batches.remember(key, second, [tracker.trace] if warm is None else [warm, tracker.trace], tracker.peak)
 
@@ -168,8 +213,17 @@ def _runs_as(spec):
     return replace(spec, grad_accum=min(spec.grad_accum, 2)) if spec.kind == "train" else spec
 
 
-def verdict(request: Request, progress=None, environ: dict | None = None) -> dict:
-    """`request` predicted; `environ`: the environment the reader runs it in (default: this process's)."""
+def verdicts(requests: list[Request], progress=None, environ: dict | None = None) -> list[dict]:
+    """Each request's verdict, exactly as ``verdict`` gives it alone, the runs on fake tensors that
+    they have in common made once (``Runs``): one command line on several cards costs its runs once,
+    and a replay of their traces through the allocator per card and probe of the search."""
+    runs = Runs()
+    return [verdict(request, progress, environ, runs=runs) for request in requests]
+
+
+def verdict(request: Request, progress=None, environ: dict | None = None, runs: Runs | None = None) -> dict:
+    """`request` predicted; `environ`: the environment the reader runs it in (default: this process's);
+    `runs`: the runs of earlier verdicts to use where they are this one's (``Runs``)."""
     checkout = nanochat_code.check_checkout(request.checkout)
     command = parse_line(request.command)
     args = script_arguments(checkout, command)
@@ -187,7 +241,7 @@ def verdict(request: Request, progress=None, environ: dict | None = None) -> dic
     fa3 = fa3_for(gpu.capability, dtype)
     setting = Setting(tuple(sorted(plan.config.items())), command.world_size, tuple(gpu.capability), fa3)
     card = SimpleNamespace(gpu=gpu, total_memory=gpu.total_memory)
-    judge = _Judge(code, plan, setting, card, conf)
+    judge = _Judge(code, plan, setting, card, conf, runs)
     assumptions = list(plan.assumptions) + ([fp8_note] if fp8_note else [])
     assumptions.append(
         "attention: FA3 (nanochat loads it with the kernels package on sm80-sm90 in bfloat16), modelled as "
