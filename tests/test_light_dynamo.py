@@ -58,3 +58,21 @@ def test_a_constant_tensor_under_fake_tensors():
         """
     )
     assert out.strip() == "() (4,)"
+
+
+def test_a_submodule_asked_for_outside_an_import_loads_the_package():
+    """``torch.distributed.init_process_group`` (FSDP2's fake process group) reads
+    ``torch._dynamo.trace_rules`` from the package: outside the import of another of its modules, that
+    runs the package's __init__ first, as without light_dynamo; importing the submodule alone there
+    ended in a circular ImportError inside TorchDynamo."""
+    out = _run(
+        """
+        import torch
+        from oomguide.memory import light_dynamo
+        assert light_dynamo.install()
+        rules = torch._dynamo.trace_rules
+        assert callable(torch._dynamo.reset) and rules is __import__("sys").modules["torch._dynamo.trace_rules"]
+        print("ok")
+        """
+    )
+    assert out.strip() == "ok"

@@ -38,6 +38,15 @@ def _graph_break(msg: str = "") -> None:
     """torch._dynamo.graph_break outside compilation: nothing (the optimizer's step calls it)."""
 
 
+def _importing_a_submodule() -> bool:
+    """Whether a module of torch._dynamo is being imported right now (its code is running)."""
+    return any(
+        getattr(getattr(module, "__spec__", None), "_initializing", False)
+        for name, module in list(sys.modules.items())
+        if name.startswith("torch._dynamo.")
+    )
+
+
 def install() -> bool:
     """Make ``torch._dynamo`` load lazily in this process; False if it is loaded already (or cannot be)."""
     if "torch._dynamo" in sys.modules:
@@ -52,10 +61,11 @@ def install() -> bool:
     def __getattr__(name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        if importlib.util.find_spec(f"torch._dynamo.{name}") is not None:
-            # a submodule (``from . import utils`` in torch._dynamo.source, which fake tensors import to
-            # make a constant): imported as itself; running the package's __init__ from inside that
-            # import would import torch._dynamo.source again, half-initialised (a circular ImportError)
+        if _importing_a_submodule() and importlib.util.find_spec(f"torch._dynamo.{name}") is not None:
+            # a submodule asked for while another one is being imported (``from . import utils`` in
+            # torch._dynamo.source, which fake tensors import to make a constant): imported as itself.
+            # Running the package's __init__ from inside that import would import the half-initialised
+            # module again (a circular ImportError); anywhere else the __init__ runs, as it would have.
             return importlib.import_module(f"torch._dynamo.{name}")
         # anything else beyond config and disable: the real package, loaded into this module
         del module.__dict__["__getattr__"]
