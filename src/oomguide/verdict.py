@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 
 from . import checkout, memory, versions
 from .config import EXTENSION_DEFAULTS, TrainConfig, load_config
+from .memory import reserved
+from .memory.allocator import with_expandable_segments
 
 
 @dataclass
@@ -92,19 +94,19 @@ class Run:
             **({"sample": self.sample} if name == "sample" else {}),
         }
 
-    def predictor(self):
+    def predictor(self, alloc_conf=None):
+        """The predict function of this run's processes, on its card (`alloc_conf`: another allocator setting)."""
         card = self.card
+        conf = card.alloc_conf if alloc_conf is None else alloc_conf
         if self.parallel.single:
-            return functools.partial(
-                memory.predict, alloc_conf=card.alloc_conf, capability=card.gpu.capability
-            )
+            return functools.partial(memory.predict, alloc_conf=conf, capability=card.gpu.capability)
         from .memory import distributed
 
         return functools.partial(
             distributed.predict,
             parallel=self.parallel,
             capability=card.gpu.capability,
-            alloc_conf=card.alloc_conf,
+            alloc_conf=conf,
         )
 
 
@@ -420,6 +422,24 @@ def verdict(request: Request | Run, progress=None, prefetch: bool = False) -> di
                     progress=progress(name) if progress else None,
                     predictor=functools.partial(predictor, **options),
                 )
+                if not card.alloc_conf.expandable_segments:
+                    # the remedy of a borderline phase: the largest batch_size with expandable segments
+                    expandable = run.predictor(with_expandable_segments(card.alloc_conf))
+                    entry["max_batch_size_expandable_segments"] = memory.max_batch_size(
+                        config,
+                        phase,
+                        card.total_memory,
+                        source=source,
+                        predictor=functools.partial(expandable, **options),
+                    )
         out["phases"][name] = entry
     out["fits"] = all(p["fits"] for p in out["phases"].values())
+    out["verdict"] = worst(p.get("verdict") for p in out["phases"].values())
     return out
+
+
+def worst(verdicts) -> str | None:
+    """A run's verdict from its phases': the worst of fits < borderline < does_not_fit (None: no card)."""
+    order = (reserved.FITS, reserved.BORDERLINE, reserved.DOES_NOT_FIT)
+    found = [v for v in verdicts if v in order]
+    return max(found, key=order.index) if found else None

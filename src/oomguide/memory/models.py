@@ -33,11 +33,16 @@ class ModelSource:
     path: str | None = None
 
     def build(self, gpt_config: GPTConfig, compiled: bool = False) -> torch.nn.Module:
-        """The GPT of `gpt_config`; `compiled`: oomguide's GPT as Inductor runs it (its graph frees each
-        intermediate after its last use: ``GPT.graph_lifetimes``); a reader's model is run as it is."""
+        """The GPT of `gpt_config`; `compiled`: as Inductor runs it: its outputs are a compiled graph's
+        (``compiled.graph_outputs``), and oomguide's GPT frees each intermediate after its last use
+        (``GPT.graph_lifetimes``); a reader's model is otherwise run as it is."""
         model = self._build(gpt_config)
-        if compiled and hasattr(model, "graph_lifetimes"):
-            model.graph_lifetimes = True
+        if compiled:
+            from .compiled import graph_outputs
+
+            graph_outputs(model)
+            if hasattr(model, "graph_lifetimes"):
+                model.graph_lifetimes = True
         return model
 
     def _build(self, gpt_config: GPTConfig) -> torch.nn.Module:

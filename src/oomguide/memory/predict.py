@@ -85,6 +85,10 @@ class PhaseResult:
     # forward_backward, optimizer_step, torch_load, model_to_device, optimizer_load_state_dict, generate)
     peak_moment: str | None = None
     failing_moment: str | None = None
+    # on a card: "fits" (``fits`` is True only then), "borderline" or "does_not_fit" (``reserved.decide``),
+    # and for a borderline phase the verdict with expandable_segments:True
+    verdict: str | None = None
+    verdict_with_expandable_segments: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
