@@ -88,6 +88,31 @@ TEXT: dict[str, str] = {
         "{phase}: predicted peak {peak} allocated, {reserved} reserved -> DOES NOT FIT "
         "(attention: {attention})"
     ),
+    "phase_borderline_reserved": N_(
+        "{phase}: predicted peak {peak} allocated, {reserved} reserved -> BORDERLINE "
+        "(attention: {attention})"
+    ),
+    # TRANSLATORS: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True stays as it is (it is typed)
+    "borderline": N_(
+        "borderline: within the measured uncertainty of the predictions, {usable} is not enough "
+        "to be sure: whether it runs depends on how the caching allocator's segments are split "
+        "up by then"
+    ),
+    "borderline_expandable_fits": N_(
+        "with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the allocator grows one segment "
+        "instead of splitting many): fits"
+    ),
+    "borderline_expandable_borderline": N_(
+        "with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: still borderline; a smaller "
+        "batch_size is the sure fix"
+    ),
+    "borderline_expandable_fails": N_(
+        "with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: does not fit either"
+    ),
+    "replay_fails_at": N_(
+        "the allocator's replay fails at: Tried to allocate {size} ({op}), with {allocated} "
+        "already allocated"
+    ),
     "attention_none": N_("none"),
     "largest": N_("largest allocation: {size} ({op})"),
     "fail_at": N_("would fail at: Tried to allocate {size} ({op}), with {allocated} already allocated"),
@@ -142,12 +167,19 @@ TEXT: dict[str, str] = {
     "max_batch_note": N_("largest batch_size: {note}"),
     "max_batch": N_("largest batch_size that fits: {n}"),
     "max_batch_none": N_("not even batch_size=1 fits"),
+    "max_batch_expandable": N_(
+        "largest batch_size that fits with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: {n}"
+    ),
     # the closing line: how the figures were made
-    "how_compiled": N_("torch.compile modelled by its fused loss and casts"),
+    "how_compiled": N_(
+        "torch.compile modelled by rules, checked against compiled runs on a GPU: the fused loss and "
+        "casts, and the zero gradient autograd gives the compiled graph's logits output"
+    ),
     "how_eager": N_("the model run eagerly"),
     "footer": N_(
         "(predicted on fake tensors with CUDA's autocast, attention kernel and caching allocator; "
-        "{how}; a phase fits when its reserved memory does; kernel workspaces are not modelled)"
+        "{how}; a phase fits when its reserved memory does with the margin of the measured "
+        "uncertainty, and is borderline within it; kernel workspaces are not modelled)"
     ),
     "footer_per_rank": N_(
         "(predicted per rank on fake tensors with CUDA's autocast and attention kernel; {how}; a "
@@ -157,6 +189,9 @@ TEXT: dict[str, str] = {
     # the list separator between the parts of a line
     "list_sep": N_(", "),
 }
+
+
+_UNDER = {"fits": "fits", "borderline": "borderline", "does_not_fit": "fails"}
 
 
 def _int(n: int, lang: str) -> str:
@@ -289,7 +324,10 @@ def render(out: dict, config, lang: str = "en") -> str:
             else name
         )
         reserved = r.get("reserved_bytes")
+        borderline = r.get("verdict") == "borderline"
         key = ("phase_fits" if r["fits"] else "phase_fails") + ("_reserved" if reserved is not None else "")
+        if borderline and reserved is not None:
+            key = "phase_borderline_reserved"
         lines.append("")
         lines.append(
             say(
@@ -303,7 +341,22 @@ def render(out: dict, config, lang: str = "en") -> str:
         lines.append(
             "  " + say("largest", size=fmt(r["largest_allocation_bytes"]), op=r["largest_allocation"])
         )
-        if not r["fits"]:
+        if borderline:
+            lines.append("  " + say("borderline", usable=fmt(out["usable_bytes"])))
+            under = r.get("verdict_with_expandable_segments")
+            if under:
+                lines.append("  " + say(f"borderline_expandable_{_UNDER[under]}"))
+            if r.get("failing_allocation_bytes") is not None:
+                lines.append(
+                    "  "
+                    + say(
+                        "replay_fails_at",
+                        size=fmt(r["failing_allocation_bytes"]),
+                        op=r["failing_allocation"],
+                        allocated=fmt(r["allocated_at_failure_bytes"]),
+                    )
+                )
+        elif not r["fits"] and r.get("failing_allocation_bytes") is not None:
             at_reserved = r.get("reserved_at_failure_bytes")
             key = "fail_at" + ("_forward" if r.get("failing_forward") else "")
             key += "_reserved" if at_reserved is not None else ""
@@ -343,6 +396,8 @@ def render(out: dict, config, lang: str = "en") -> str:
         elif "max_batch_size" in r:
             mbs = r["max_batch_size"]
             lines.append("  " + (say("max_batch", n=mbs) if mbs else say("max_batch_none")))
+            if r.get("max_batch_size_expandable_segments") is not None:
+                lines.append("  " + say("max_batch_expandable", n=r["max_batch_size_expandable_segments"]))
     how = say("how_compiled" if out["compiled"] else "how_eager")
     lines.append("")
     lines.append(say("footer_per_rank" if several else "footer", how=how))
