@@ -72,8 +72,7 @@ def test_allocated_peaks_are_within_three_percent(run, predictions):
     predicted = predictions[run.name]
     for check, peaks in finished(run).items():
         want, got = peaks["allocated"], predicted[check]["allocated"]
-        tolerance = max(0.03 * want, 0.1 * GiB)
-        assert abs(got - want) <= tolerance, (
+        assert measured.within_tolerance(got, want), (
             f"{run.name} {check}: predicted {got / GiB:.2f} GiB, measured {want / GiB:.2f} GiB ({run.describe()})"
         )
 

@@ -23,7 +23,10 @@ LANGS = ("en", "ja", "zh", "de", "fr")
 # {{ key }} or {{ page.key }}; keys are [a-z0-9_], pages are file stems.
 PLACEHOLDER = re.compile(r"\{\{\s*(?:(?P<page>[a-z0-9][a-z0-9-]*)\.)?(?P<key>[a-z0-9_]+)\s*\}\}")
 
-UNITS = ("gib", "mib", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark")
+UNITS = ("gib", "mib", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark", "verdict")
+# oomguide's verdict in a table, the same in every language (the page's legend says which is which):
+# 2 fits, 1 borderline, 0 does not fit
+VERDICT_SIGNS = ("\u2717", "\u2248", "\u2713")
 
 _BYTE_UNITS = {
     # unit -> (divisor, symbol per language)
@@ -156,6 +159,10 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
         if value not in (0, 1):
             raise FigureError(f"a mark is 0 or 1, got {value!r}")
         return "\u2713" if value else "\u2717"
+    if unit == "verdict":
+        if value not in (0, 1, 2):
+            raise FigureError(f"a verdict is 0 (does not fit), 1 (borderline) or 2 (fits), got {value!r}")
+        return VERDICT_SIGNS[int(value)]
     raise FigureError(f"unknown figure unit {unit!r} (known: {', '.join(UNITS)})")
 
 
