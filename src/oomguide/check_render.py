@@ -194,6 +194,26 @@ TEXT: dict[str, str] = {
 _UNDER = {"fits": "fits", "borderline": "borderline", "does_not_fit": "fails"}
 
 
+def borderline_lines(r: dict, usable: int, say) -> list[str]:
+    """What a borderline phase (``r``, a phase of the verdict's dict) adds: why, the verdict with
+    expandable segments, and where the allocator's replay fails if it does (``say``: ``words(lang)``)."""
+    fmt = units.fmt_bytes
+    lines = [say("borderline", usable=fmt(usable))]
+    under = r.get("verdict_with_expandable_segments")
+    if under:
+        lines.append(say(f"borderline_expandable_{_UNDER[under]}"))
+    if r.get("failing_allocation_bytes") is not None:
+        lines.append(
+            say(
+                "replay_fails_at",
+                size=fmt(r["failing_allocation_bytes"]),
+                op=r["failing_allocation"],
+                allocated=fmt(r["allocated_at_failure_bytes"]),
+            )
+        )
+    return lines
+
+
 def _int(n: int, lang: str) -> str:
     """A count grouped as `lang` writes it (German with a narrow no-break space, as explain does)."""
     if lang == "de":
@@ -342,20 +362,7 @@ def render(out: dict, config, lang: str = "en") -> str:
             "  " + say("largest", size=fmt(r["largest_allocation_bytes"]), op=r["largest_allocation"])
         )
         if borderline:
-            lines.append("  " + say("borderline", usable=fmt(out["usable_bytes"])))
-            under = r.get("verdict_with_expandable_segments")
-            if under:
-                lines.append("  " + say(f"borderline_expandable_{_UNDER[under]}"))
-            if r.get("failing_allocation_bytes") is not None:
-                lines.append(
-                    "  "
-                    + say(
-                        "replay_fails_at",
-                        size=fmt(r["failing_allocation_bytes"]),
-                        op=r["failing_allocation"],
-                        allocated=fmt(r["allocated_at_failure_bytes"]),
-                    )
-                )
+            lines += ["  " + line for line in borderline_lines(r, out["usable_bytes"], say)]
         elif not r["fits"] and r.get("failing_allocation_bytes") is not None:
             at_reserved = r.get("reserved_at_failure_bytes")
             key = "fail_at" + ("_forward" if r.get("failing_forward") else "")

@@ -174,6 +174,8 @@ def _prediction_lines(result: Explanation, lang: str) -> list[str]:
     for phase, r in p["phases"].items():
         if r["fits"]:
             lines.append("  " + t(TEXT["pred_fits"]).format(phase=phase, peak=fmt(r["peak_bytes"])))
+        elif r.get("verdict") == "borderline" or r.get("failing_allocation_bytes") is None:
+            lines.append("  " + t(TEXT["pred_borderline"]).format(phase=phase, peak=fmt(r["peak_bytes"])))
         else:
             fail = fmt(r["failing_allocation_bytes"])
             line = t(TEXT["pred_no"]).format(

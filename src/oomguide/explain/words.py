@@ -108,6 +108,11 @@ TEXT: dict[str, str] = {
         "(compile = False)"
     ),
     "pred_fits": N_("{phase}: predicted peak {peak}, fits"),
+    "pred_borderline": N_(
+        "{phase}: predicted peak {peak}, borderline: within the measured uncertainty of the predictions, "
+        "whether it runs depends on how the caching allocator has split its segments "
+        "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True removes that doubt)"
+    ),
     "pred_no": N_(
         '{phase}: predicted peak {peak}, does not fit; the first allocation that fails: "Tried to '
         'allocate {fail}" ({what})'
