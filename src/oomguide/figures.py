@@ -54,11 +54,13 @@ def save(store: dict, path: Path = STORE) -> None:
 # CLDR through Babel (``babel.numbers``, ``babel.units``): each language's digits, decimal sign,
 # grouping separator (65,536 / 65.536 / 65 536 with U+202F in French), percent sign and its space,
 # compact large numbers (124.37M, 1.24億, 1.24亿, 124,37 Mio., 124,37 millions) and the unit "second"
-# (0.12 sec, 0.12 秒, 0.12秒, 0,12 Sek., 0,12 s). Decided here, on top of CLDR:
+# (0.12 sec, 0.12 秒, 0,12 Sek., 0,12 s). Decided here, on top of CLDR:
 # - German and French leave a four-digit number ungrouped (1024, as DIN 5008 and the Imprimerie
 #   nationale's rules have it; CLDR would write 1.024 / 1 024): ``GROUP_FROM``;
 # - the space between a number and its unit is a no-break space in German and French (6,14 GiB,
 #   6,14 Gio), so that a line never breaks between them; an ordinary space elsewhere;
+# - Chinese seconds take that space too (0.12 秒, where CLDR writes 0.12秒), as the Chinese pages
+#   write a number before a Chinese unit (30 秒, 4 倍, 8 个) and as Japanese CLDR does;
 # - a count of millions is written out in French (124,37 millions: "de paramètres" follows in the
 #   page), compact elsewhere;
 # - the ratio's words (4.22×, 4,22-mal, 4,22 fois, 4.22 倍) are the ``site`` catalogs' (CLDR has none).
@@ -124,6 +126,8 @@ def _seconds(value: float, decimals: int, lang: str) -> str:
     text = format_unit(
         _rounded(value, decimals), "duration-second", length="short", locale=lang, format=pattern
     )
+    if lang == "zh":  # CLDR: 0.12秒
+        text = re.sub(r"^([\d.,]+)(?=[^\d.,\s])", r"\1 ", text)
     return text.replace(" ", UNIT_SPACE[lang])
 
 
