@@ -137,6 +137,7 @@ TEXT: dict[str, str] = {
     "part_logits_and_loss": N_("logits and loss"),
     "part_ddp_buckets": N_("ddp buckets"),
     "part_checkpoint": N_("checkpoint"),
+    "part_workspaces": N_("cuBLAS workspaces"),
     # where in a phase the peak and the failure come
     "peak_moment": N_("the peak comes in {moment}"),
     "failing_moment": N_("it fails in {moment}"),
@@ -179,7 +180,7 @@ TEXT: dict[str, str] = {
     "footer": N_(
         "(predicted on fake tensors with CUDA's autocast, attention kernel and caching allocator; "
         "{how}; a phase fits when its reserved memory does with the margin of the measured "
-        "uncertainty, and is borderline within it; kernel workspaces are not modelled)"
+        "uncertainty, and is borderline within it; cuBLAS's workspaces modelled, other kernels' not)"
     ),
     "footer_per_rank": N_(
         "(predicted per rank on fake tensors with CUDA's autocast and attention kernel; {how}; a "

@@ -34,12 +34,13 @@ from collections import OrderedDict
 from .allocator import AllocConf, Trace, alloc_conf_from_env, replay, with_expandable_segments
 
 # How far a prediction may be from the real run, as measured (the module docstring): every allocated
-# peak measured was within 2.3% of the prediction; the reserved peaks of runs without a cap, with
-# the default allocator, within 7.4% of the replay's; a small model's within 0.07 GiB (cuBLAS's
-# workspaces, 32 MiB per thread on that GPU, are not modelled), hence the floor.
+# peak measured was within 2.0% of the prediction, and the reserved peaks of runs without a cap, with
+# the default allocator, within 7.4% of the replay's; below a few hundred MiB (a small model's first
+# estimate_loss) the errors are a few MiB of the allocator's granularity instead: 9 MiB allocated,
+# 21 MiB reserved, hence the floor.
 ALLOCATED_UNCERTAINTY = 0.025
 RESERVED_UNCERTAINTY = 0.08
-UNCERTAINTY_FLOOR = 100 * 2**20  # bytes: the least margin, whatever the size of the peak
+UNCERTAINTY_FLOOR = 32 * 2**20  # bytes: the least margin, whatever the size of the peak
 FITS, BORDERLINE, DOES_NOT_FIT = "fits", "borderline", "does_not_fit"
 
 _WARMUPS: OrderedDict = OrderedDict()  # train-step traces, by what they depend on
