@@ -180,8 +180,8 @@ PHASE_WORDS = {
     },
     "fr": {
         "estimate_loss_first": "premier `estimate_loss()`",
-        "first_step": "premier pas de l'optimiseur",
-        "train_step": "pas d'entraînement",
+        "first_step": "premier pas de l’optimiseur",
+        "train_step": "pas d’entraînement",
     },
 }
 
