@@ -96,6 +96,7 @@ MESSAGES: tuple[str, ...] = (
         "{script} would stop at its assert: --num-samples ({total}) must be a multiple of --device-batch-size ({batch})"
     ),
     N_("--from-base: {script} is not base_train"),
+    N_("scripts.base_train would stop: nanochat/fp8.py supports --fp8-recipe=tensorwise only, not {recipe}"),
     # TRANSLATORS: errors: the config files and overrides (config.py).
     # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
     # key, a figure), put back unchanged: keep them all.
