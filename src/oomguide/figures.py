@@ -23,12 +23,14 @@ LANGS = ("en", "ja", "zh", "de", "fr")
 # {{ key }} or {{ page.key }}; keys are [a-z0-9_], pages are file stems.
 PLACEHOLDER = re.compile(r"\{\{\s*(?:(?P<page>[a-z0-9][a-z0-9-]*)\.)?(?P<key>[a-z0-9_]+)\s*\}\}")
 
-UNITS = ("gib", "mib", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark")
+UNITS = ("gib", "mib", "kib", "gb", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark")
 
 _BYTE_UNITS = {
     # unit -> (divisor, symbol per language)
     "gib": (1024**3, {"fr": "Gio"}, "GiB"),
     "mib": (1024**2, {"fr": "Mio"}, "MiB"),
+    "kib": (1024, {"fr": "Kio"}, "KiB"),
+    "gb": (1000**3, {"fr": "Go"}, "GB"),
 }
 
 
@@ -157,6 +159,13 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
             raise FigureError(f"a mark is 0 or 1, got {value!r}")
         return "\u2713" if value else "\u2717"
     raise FigureError(f"unknown figure unit {unit!r} (known: {', '.join(UNITS)})")
+
+
+def format_bytes(nbytes: float, lang: str = "en") -> str:
+    """A size the tool computed (a prediction, a sum), as `lang` writes it and the pages print it (6.14 GiB,
+    6,14 GiB, 6,14 Gio): GiB from 1 GiB up, MiB below (``units.fmt_bytes``'s choice). A size quoted
+    from the reader's OOM message is never passed here: it stays as PyTorch printed it, to be found in the log."""
+    return format_figure(nbytes, "gib" if nbytes >= 1024**3 else "mib", lang)
 
 
 # Code in a page: fenced blocks and `code spans`. A figure inside code is written as the program

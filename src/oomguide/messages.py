@@ -7,7 +7,8 @@ msgid is the library's own sentence with its variable parts written as ``{placeh
 is turned into a pattern (literal text matched exactly, a placeholder matching anything), so the
 sentence and its pattern are one string and cannot disagree. A match gives the catalog's sentence
 with the same values put back: paths, sizes as PyTorch prints them (``8.30 GiB``), config keys
-and figures stay exactly as the library wrote them. A placeholder named ``reason`` or ``code``
+and figures stay exactly as the library wrote them (a card's size in ``CARD_SIZES``, which the
+library computed, is written as the language writes numbers). A placeholder named ``reason`` or ``code``
 holds another of these messages and is translated in turn, one named ``reader`` one of
 ``READERS``; one named ``choices`` is a list of
 names joined by " or ", joined again with the language's word. Text that matches no msgid is
@@ -34,6 +35,8 @@ READERS: tuple[str, ...] = (
     N_("train.py's estimate_loss() and get_batch()"),
     N_("model.py's GPT.forward"),
 )
+# a card's size the library computed ("a 11.69 GiB card"): its number is written as the language writes numbers
+CARD_SIZES = ("a {size} GiB card", "an {size} GiB card")
 # TRANSLATORS: between two card names the reader chooses from ("RTX 4060 Ti 8GB or RTX 4060 Ti 16GB")
 OR = N_(" or ")
 
@@ -330,4 +333,8 @@ def translate(text: str, lang: str) -> str:
         values["reader"] = _(reader)
     if choices is not None:
         values["choices"] = _(OR).join(choices.split(OR))
+    if msgid in CARD_SIZES and re.fullmatch(r"\d+\.\d+", values["size"]):
+        from .figures import format_figure
+
+        values["size"] = format_figure(float(values["size"]), "float", lang)
     return _(msgid).format(**values)
