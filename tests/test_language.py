@@ -113,7 +113,9 @@ def notebook_strings(path: Path) -> list[tuple[str, str]]:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " in node.value.strip():
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                " " in node.value.strip() or not node.value.isascii()  # words, not a key or a format
+            ):
                 text = IDENTIFIER.sub(" ", re.sub(r"\{[^{}]*\}", " ", node.value))
                 out.append((f"cell {n}:{node.lineno} (code)", text))
     return out
@@ -637,6 +639,38 @@ def test_avoided_variant_in_prose_is_reported_but_not_in_code(tmp_path):
     line = len(fr.read_text(encoding="utf-8").splitlines())
     fr_errors = [e for e in check_glossary(root) if "(fr)" in e]
     assert len(fr_errors) == 1 and fr_errors[0].startswith(f"docs/fr/page.md:{line} (fr)"), fr_errors
+
+
+def test_avoided_variant_in_a_catalog_or_a_notebooks_printed_line_is_reported(tmp_path):
+    """Issue 31: the tool's catalogs and a notebook's printed strings are read as the pages are."""
+    root = make_tree(tmp_path)
+    po = root / "src" / "oomguide" / "locale" / "ja" / "LC_MESSAGES" / "check.po"
+    po.parent.mkdir(parents=True)
+    po.write_text(
+        'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+        'msgid "training {n} in train.py"\nmsgstr "train.py で {n} をトレーニング"\n\n'
+        'msgid "the training_step"\nmsgstr "training_step"\n',
+        encoding="utf-8",
+    )
+    errors = check_catalog_glossary(root)
+    assert len(errors) == 1 and errors[0].startswith("src/oomguide/locale/ja/LC_MESSAGES/check.po:5 (ja)"), errors
+    cells = [{"cell_type": "code", "source": 'LANG = "ja"\nprint(f"トレーニング中: {peak}")'}]
+    (root / "docs" / "ja" / "nb.ipynb").write_text(json.dumps({"cells": cells}), encoding="utf-8")
+    errors = check_glossary(root)
+    assert errors and errors[0].startswith("docs/ja/nb.ipynb:cell 1:2 (code) (ja)"), errors
+
+
+def test_a_rule_about_an_identifier_sees_the_code_span(tmp_path):
+    root = make_tree(tmp_path)
+    (root / GLOSSARY).write_text(
+        "dbs:\n  en: x\n  ja: x\n  zh: x\n  de: x\n  fr: le --device-batch-size\n  code: true\n"
+        "  avoid:\n    fr: ['\\bune\\s+--device-batch-size']\n",
+        encoding="utf-8",
+    )
+    fr = root / "docs" / "fr" / "page.md"
+    fr.write_text(fr.read_text(encoding="utf-8") + "\nPrenez une `--device-batch-size` plus petite.\n", encoding="utf-8")
+    errors = check_glossary(root)
+    assert len(errors) == 1 and "'une --device-batch-size'" in errors[0], errors
 
 
 def test_glossary_without_a_language_is_reported(tmp_path):

@@ -27,6 +27,8 @@ USAGE = N_("usage: ")
 POSITIONALS = N_("positional arguments")
 OPTIONS = N_("options")
 HELP = N_("show this help message and exit")
+# TRANSLATORS: a title of --help's lists ("options:"), with the colon the language writes
+HEADING = N_("{title}:")
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -50,6 +52,14 @@ class _Parser(argparse.ArgumentParser):
         self._positionals.title = _(POSITIONALS)
         self._optionals.title = _(OPTIONS)
         self.add_argument("-h", "--help", action="help", default=argparse.SUPPRESS, help=_(HELP))
+
+    def format_help(self):  # argparse writes "title:" itself: the language's colon instead
+        _ = gettext_for(self.lang, "check")
+        text = super().format_help()
+        for group in self._action_groups:
+            if group.title:
+                text = text.replace(f"\n{group.title}:\n", f"\n{_(HEADING).format(title=group.title)}\n")
+        return text
 
     def error(self, message):  # argparse's own errors: one line, exit 2
         from .check_render import usage_error_line

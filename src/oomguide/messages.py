@@ -10,7 +10,7 @@ with the same values put back: paths, sizes as PyTorch prints them (``8.30 GiB``
 and figures stay exactly as the library wrote them (a card's size in ``CARD_SIZES``, which the
 library computed, is written as the language writes numbers). A placeholder named ``reason`` or ``code``
 holds another of these messages and is translated in turn, one named ``reader`` one of
-``READERS``; one named ``choices`` is a list of
+``READERS``; one named ``places`` (folders) is listed with the language's separator; one named ``choices`` is a list of
 names joined by " or ", joined again with the language's word. Text that matches no msgid is
 shown as it is, in English.
 
@@ -333,6 +333,8 @@ def translate(text: str, lang: str) -> str:
         values["reader"] = _(reader)
     if choices is not None:
         values["choices"] = _(OR).join(choices.split(OR))
+    if values.get("places"):  # the folders looked in, joined as the language lists things
+        values["places"] = _(", ").join(values["places"].split(", "))
     if msgid in CARD_SIZES and re.fullmatch(r"\d+\.\d+", values["size"]):
         from .figures import format_figure
 

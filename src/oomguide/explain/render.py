@@ -83,7 +83,7 @@ def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
         )
         lines.append("  - " + line)
         if len(items) > 1:
-            others = ", ".join(f"{b} × {t}" for b, t in pairs[1:])
+            others = t(TEXT["list_sep"]).join(f"{b} × {block}" for b, block in pairs[1:])
             lines.append("    " + t(TEXT["search_also"]).format(pairs=others))
     return lines
 
