@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from oomguide import paste
+from oomguide import messages, paste
 from oomguide.explain import browser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +87,8 @@ def test_links_are_relative_and_in_the_readers_language():
 
 
 def test_unreadable_input_is_the_clis_error_line(monkeypatch, capsys):
-    """The box's line for input it cannot read is the CLI's, in the page's language."""
+    """The box's line for input it cannot read is the CLI's, in the page's language, naming the
+    pasted text where the CLI names stdin (issue 31: a reader who pasted has no stdin)."""
     import io
     import sys
 
@@ -97,7 +98,10 @@ def test_unreadable_input_is_the_clis_error_line(monkeypatch, capsys):
         monkeypatch.setattr(sys, "stdin", io.StringIO("hello"))
         assert main(["explain", "-", "--lang", lang]) == 2
         cli = capsys.readouterr().err.strip()
-        assert json.loads(browser.answer("hello", lang, "..")) == {"error": cli}
+        box = json.loads(browser.answer("hello", lang, ".."))["error"]
+        said = "no CUDA out-of-memory message ('Tried to allocate …') in "
+        stdin, pasted = (messages.translate(said + where, lang) for where in ("stdin", "the pasted text"))
+        assert cli.endswith(stdin) and box == cli[: -len(stdin)] + pasted, (cli, box)
         if lang == "ja":
             assert cli.startswith("oomguide explain：エラー："), cli  # not the English line
 

@@ -12,7 +12,9 @@ a translation: a new sentence goes into ``TEXT`` and the catalogs (``python -m o
 
 from __future__ import annotations
 
-from . import figures, units
+import functools
+
+from . import figures
 from .i18n import N_, gettext_for
 from .messages import translate
 
@@ -252,7 +254,7 @@ def render(out: dict, config, lang: str = "en") -> str:
     """check's answer (``verdict.verdict``'s dict, and the settings it ran with) as lines of text."""
     say = words(lang)
     sep = say("list_sep")
-    fmt = units.fmt_bytes
+    fmt = functools.partial(figures.format_bytes, lang=lang)  # computed: the language's numbers
     several = out.get("world_size", 1) > 1
     lines = []
     key = ("card_assumed" if out["compute_capability_assumed"] else "card") + ("_per_gpu" if several else "")

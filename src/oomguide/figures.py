@@ -23,7 +23,7 @@ LANGS = ("en", "ja", "zh", "de", "fr")
 # {{ key }} or {{ page.key }}; keys are [a-z0-9_], pages are file stems.
 PLACEHOLDER = re.compile(r"\{\{\s*(?:(?P<page>[a-z0-9][a-z0-9-]*)\.)?(?P<key>[a-z0-9_]+)\s*\}\}")
 
-UNITS = ("gib", "mib", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark", "verdict")
+UNITS = ("gib", "mib", "kib", "gb", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark", "verdict")
 # oomguide's verdict in a table, the same in every language (the page's legend says which is which):
 # 2 fits, 1 borderline, 0 does not fit
 VERDICT_SIGNS = ("\u2717", "\u2248", "\u2713")
@@ -32,6 +32,8 @@ _BYTE_UNITS = {
     # unit -> (divisor, symbol per language)
     "gib": (1024**3, {"fr": "Gio"}, "GiB"),
     "mib": (1024**2, {"fr": "Mio"}, "MiB"),
+    "kib": (1024, {"fr": "Kio"}, "KiB"),
+    "gb": (1000**3, {"fr": "Go"}, "GB"),
 }
 
 
@@ -168,6 +170,13 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
             raise FigureError(f"a verdict is 0 (does not fit), 1 (borderline) or 2 (fits), got {value!r}")
         return VERDICT_SIGNS[int(value)]
     raise FigureError(f"unknown figure unit {unit!r} (known: {', '.join(UNITS)})")
+
+
+def format_bytes(nbytes: float, lang: str = "en") -> str:
+    """A size the tool computed (a prediction, a sum), as `lang` writes it and the pages print it (6.14 GiB,
+    6,14 GiB, 6,14 Gio): GiB from 1 GiB up, MiB below (``units.fmt_bytes``'s choice). A size quoted
+    from the reader's OOM message is never passed here: it stays as PyTorch printed it, to be found in the log."""
+    return format_figure(nbytes, "gib" if nbytes >= 1024**3 else "mib", lang)
 
 
 # Code in a page: fenced blocks and `code spans`. A figure inside code is written as the program

@@ -31,13 +31,15 @@ def _size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser, lang: str = "en") -> None:
+    """explain's arguments, their --help in `lang`."""
+    _ = gettext_for(lang)
     parser.add_argument(
         "file",
         nargs="?",
         default="-",
         metavar="FILE",
-        help="a file with the message or the whole traceback, or - for stdin (default)",
+        help=_("a file with the message or the whole traceback, or - for stdin (default)"),
     )
     parser.add_argument(
         "--config",
@@ -45,43 +47,51 @@ def add_arguments(parser) -> None:
         default=[],
         dest="configs",
         metavar="CONFIG",
-        help="the nanoGPT config file of the run (repeatable, applied in order): names the tensor and "
-        "predicts each phase",
+        help=_(
+            "the nanoGPT config file of the run (repeatable, applied in order): names the tensor and "
+            "predicts each phase"
+        ),
     )
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a setting, like train.py's --key=value (repeatable)",
+        help=_("override a setting, like train.py's --key=value (repeatable)"),
     )
     parser.add_argument(
         "--nanogpt",
         metavar="PATH",
-        help="your nanoGPT checkout (default: the one the config or the working directory is in): its "
-        "train.py and model.py decide what the prediction runs",
+        help=_(
+            "your nanoGPT checkout (default: the one the config or the working directory is in): its "
+            "train.py and model.py decide what the prediction runs"
+        ),
     )
     parser.add_argument(
         "--gpu-memory",
         type=_size_arg,
         default=None,
         metavar="SIZE",
-        help="the card to compare with and predict for (default: the total capacity in the message); "
-        "units GiB, GB, MiB, MB",
+        help=_(
+            "the card to compare with and predict for (default: the total capacity in the message); "
+            "units GiB, GB, MiB, MB"
+        ),
     )
     parser.add_argument(
         "--lang",
         choices=LANGS,
         default=default_lang(),
-        help="language of the explanation, the links and error lines (default: from LC_ALL, "
-        "LC_MESSAGES or LANG, else en)",
+        help=_(
+            "language of the explanation, the links and error lines (default: from LC_ALL, "
+            "LC_MESSAGES or LANG, else en)"
+        ),
     )
     parser.add_argument(
         "--no-predict",
         action="store_true",
-        help="with a config, skip the prediction of each phase (seconds; longer for big models)",
+        help=_("with a config, skip the prediction of each phase (seconds; longer for big models)"),
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--json", action="store_true", help=_("print one JSON object"))
 
 
 PASTE = N_("oomguide explain: paste the message, then Ctrl-D")

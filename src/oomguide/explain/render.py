@@ -2,14 +2,18 @@
 
 What it does: lays the answer out (figures read, which tensor, the prediction, the diagnosis, what
 to read next) with the sentences of ``words.TEXT`` translated through the catalogs
-(``oomguide.i18n``), numbers grouped as the language writes them, and sizes as PyTorch prints them
-(the same in every language, so that they can be found in the message).
+(``oomguide.i18n``). Sizes read from the message stay exactly as PyTorch printed them (the same in
+every language, so that they can be found in the log); sizes and counts computed here (a prediction,
+a sum, a tensor's bytes) are written as the language writes numbers, as the pages do (``_size``,
+``figures.format_figure``).
 
 It must never compute a figure or a diagnosis (everything comes from the Explanation) and never
 hold a sentence of its own: a new sentence goes into ``words.py`` and the catalogs.
 """
 
 from __future__ import annotations
+
+import functools
 
 from .. import figures
 from ..i18n import gettext_for
@@ -29,8 +33,16 @@ def _int(n: int, lang: str) -> str:
     return figures.format_figure(n, "int", lang)
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB"
+def _gb(n: int, lang: str) -> str:
+    return figures.format_figure(n, "gb", lang)
+
+
+def _size(n: int, lang: str) -> str:
+    """A size computed here, in the unit PyTorch's ``format_size`` would pick, written as `lang` writes
+    numbers (2.30 GiB, 2,30 GiB, 2,30 Gio); up to 1 KiB in bytes, as PyTorch prints them."""
+    if n <= 1024:
+        return format_size(n)
+    return figures.format_figure(n, "kib" if n <= 1024**2 else "mib" if n <= 1024**3 else "gib", lang)
 
 
 def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
@@ -71,7 +83,7 @@ def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
         )
         lines.append("  - " + line)
         if len(items) > 1:
-            others = ", ".join(f"{b} × {t}" for b, t in pairs[1:])
+            others = t(TEXT["list_sep"]).join(f"{b} × {block}" for b, block in pairs[1:])
             lines.append("    " + t(TEXT["search_also"]).format(pairs=others))
     return lines
 
@@ -79,7 +91,7 @@ def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
 def _figure_rows(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
     figs = result.figures
-    fmt = format_size
+    fmt = functools.partial(_size, lang=lang)  # computed from the message's figures
     rows = [
         ("requested", figs.printed["requested"]),
         ("capacity", figs.printed["capacity"]),
@@ -160,7 +172,7 @@ def _tensor_lines(result: Explanation, lang: str) -> list[str]:
 
 def _prediction_lines(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
-    fmt = format_size
+    fmt = functools.partial(_size, lang=lang)
     req = result.figures.printed["requested"]
     p = result.prediction
     lines = [
@@ -181,7 +193,11 @@ def _prediction_lines(result: Explanation, lang: str) -> list[str]:
             line = t(TEXT["pred_no"]).format(
                 phase=phase, peak=fmt(r["peak_bytes"]), fail=fail, what=r["failing_allocation"]
             )
-            same = t(TEXT["pred_same"]) if fail == req else t(TEXT["pred_diff"]).format(req=req)
+            same = (
+                t(TEXT["pred_same"])
+                if format_size(r["failing_allocation_bytes"]) == req  # as the message would print it
+                else t(TEXT["pred_diff"]).format(req=req)
+            )
             lines.append(f"  {line} — {same}")
     if all(r["fits"] for r in p["phases"].values()):
         lines.append("  " + t(TEXT["pred_all_fit"]))
@@ -190,7 +206,7 @@ def _prediction_lines(result: Explanation, lang: str) -> list[str]:
 
 def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
-    fmt = format_size
+    fmt = functools.partial(_size, lang=lang)
     figs = result.figures
     s = result.model_states
     values = dict(
@@ -208,9 +224,9 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
         values.update(
             params=_int(s["parameters"], lang),
             states=fmt(s["states_bytes"]),
-            states_gb=_gb(s["states_bytes"]),
+            states_gb=_gb(s["states_bytes"], lang),
             card=fmt(s["card_bytes"]),
-            card_gb=_gb(s["card_bytes"]),
+            card_gb=_gb(s["card_bytes"], lang),
             usable=fmt(s["usable_bytes"]),
             margin=fmt(max(0, s["usable_bytes"] - s["states_bytes"])),
             dtype=s["dtype"],
@@ -236,7 +252,7 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
 
 def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
-    fmt = format_size
+    fmt = functools.partial(_size, lang=lang)
     d, figs = result.disagreement, result.figures
     lines = ["", t(TEXT["h_disagreement"])]
     lines.append("  " + t(TEXT["dis_intro"]).format(phase=d["phase"], peak=fmt(d["predicted_peak_bytes"])))

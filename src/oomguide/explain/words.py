@@ -75,6 +75,8 @@ TEXT: dict[str, str] = {
         "{nbytes} bytes → {req}"
     ),
     "search_also": N_("same size: {pairs} (batch × block)"),
+    # TRANSLATORS: between the items of a list ("48 × 512, 12 × 2048"): the language's list separator
+    "list_sep": N_(", "),
     "search_vocab_too": N_(
         "the same with vocab {vocab} (GPT-2 without padding), e.g. batch {batch} × block {block} "
         "= {nbytes} bytes"

@@ -6,7 +6,9 @@ arguments, phase names and op names as they are. Never computes a figure or deci
 
 from __future__ import annotations
 
-from .. import units
+import functools
+
+from .. import figures
 from ..i18n import N_, gettext_for
 from ..messages import translate
 
@@ -51,7 +53,7 @@ def render(out: dict, lang: str = "en") -> str:
         return t(TEXT[key]).format(**values)
 
     common = words(lang)
-    fmt = units.fmt_bytes
+    fmt = functools.partial(figures.format_bytes, lang=lang)  # computed: the language's numbers
     shape = out["shape"]
     lines = [
         say(
