@@ -187,6 +187,13 @@ def usage_error_line(message: str, lang: str) -> str:
     return words(lang)("usage_error", message=translate(message, lang))
 
 
+def phase_title(name: str, lang: str, resumed: bool = False) -> str:
+    """A phase (a key of ``memory.CHECKS``) as check's answer and the pages name it, in `lang`: "first
+    estimate_loss() (iteration 0: ...)", never the internal name; explain's prediction says the same."""
+    key = "estimate_loss_first_resume" if name == "estimate_loss_first" and resumed else name
+    return words(lang)(key) if key in TEXT else name
+
+
 def progress_line(phase: str, done: int, lang: str) -> str:
     bar = "#" * min(done, 20)
     return words(lang)("progress", phase=phase, bar=f"{bar:<20}", done=done)
@@ -283,18 +290,13 @@ def render(out: dict, config, lang: str = "en") -> str:
     )
     lines += [say("note", note=translate(note, lang)) for note in out["warnings"]]
     for name, r in out["phases"].items():
-        title = (
-            "estimate_loss_first_resume"
-            if name == "estimate_loss_first" and config.init_from == "resume"
-            else name
-        )
         reserved = r.get("reserved_bytes")
         key = ("phase_fits" if r["fits"] else "phase_fails") + ("_reserved" if reserved is not None else "")
         lines.append("")
         lines.append(
             say(
                 key,
-                phase=say(title),
+                phase=phase_title(name, lang, resumed=config.init_from == "resume"),
                 peak=fmt(r["peak_bytes"]),
                 reserved=fmt(reserved) if reserved is not None else "",
                 attention=r.get("attention") or say("attention_none"),

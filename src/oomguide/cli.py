@@ -12,6 +12,7 @@ import os
 import re
 import sys
 
+from . import units
 from .i18n import LANGS, default_lang
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
@@ -21,10 +22,38 @@ class BadInput(Exception):
     """Input the CLI cannot work with; its message is the one line the user sees."""
 
 
+UNRECOGNIZED = "unrecognized arguments: "  # argparse's words (ArgumentParser.parse_args)
+
+
+def _as_set(words: list[str]) -> list[str]:
+    """train.py's ``--key=value`` (or ``--key value``) among words argparse did not recognise, as the
+    ``--set key=value`` check and explain take: ``["batch_size=8"]``."""
+    settings = []
+    for i, word in enumerate(words):
+        m = re.fullmatch(r"--([A-Za-z_]\w*)(?:=(.*))?", word)
+        if not m or ("-" in m.group(1)):
+            continue
+        value = m.group(2)
+        if value is None and i + 1 < len(words) and not words[i + 1].startswith("--"):
+            value = words[i + 1]
+        if value is not None:
+            settings.append(f"{m.group(1)}={value}")
+    return settings
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # "--gpu" is never "--gpu-memory" (nor any prefix another)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # argparse's own errors: one line, exit 2
         from .check_render import usage_error_line
 
+        if message.startswith(UNRECOGNIZED):
+            settings = _as_set(message[len(UNRECOGNIZED) :].split(" "))
+            if settings:  # train.py's spelling of a setting: name the one check and explain take
+                message += f" (a setting is given as {' '.join('--set ' + s for s in settings)})"
+                # (messages.py words the whole line in the reader's language)
         self.exit(
             EXIT_BAD_INPUT, usage_error_line(message, getattr(self, "lang", None) or default_lang()) + "\n"
         )
@@ -77,6 +106,44 @@ def _card_option(read):
     return convert
 
 
+def add_card_arguments(parser, gpu_memory_default, gpu_memory_help: str) -> None:
+    """--gpu-memory, --gpu and --capability: the card, for check and explain alike (one reader of each:
+    ``units.card_memory``, ``memory.gpus``; explain imports the engine only when --capability is given)."""
+
+    def capability(text: str):
+        from .memory import gpus
+
+        return gpus.parse_capability(text)
+
+    parser.add_argument(
+        "--gpu-memory",
+        type=_card_option(units.card_memory),
+        default=gpu_memory_default,
+        metavar="SIZE",
+        help=gpu_memory_help,
+    )
+    parser.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help='the card by name ("RTX 4070", "RTX 4060 Ti 8GB", T4, A100-40GB, ...): its memory and compute '
+        "capability, which picks CUDA's attention kernel; overrides --gpu-memory",
+    )
+    parser.add_argument(
+        "--capability",
+        type=_card_option(capability),
+        metavar="X.Y",
+        help="the compute capability of a card given by --gpu-memory, e.g. 7.5 for a T4 or 6.0 for a P100 "
+        "(it picks CUDA's attention kernel; default: 8.6 assumed, as the output says)",
+    )
+
+
+def resolve_card(args):
+    """The card that --gpu, --gpu-memory and --capability name (``memory.gpus.resolve_card``)."""
+    from .memory import gpus
+
+    return gpus.resolve_card(args.gpu, args.gpu_memory, args.capability)
+
+
 def _new_parser():
     parser = _Parser(prog="oomguide", description="CUDA out-of-memory in nanoGPT: predict it, explain it.")
     return parser, parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -84,7 +151,6 @@ def _new_parser():
 
 def build_parser() -> argparse.ArgumentParser:
     from . import memory  # check's phases (the engine: torch); explain alone needs it not (_explain_parser)
-    from .memory import gpus
 
     parser, sub = _new_parser()
 
@@ -132,26 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: tok_train.py's default)",
     )
     check.add_argument("--model", metavar="PATH", help="a nanoGPT model.py to run instead of the checkout's")
-    check.add_argument(
-        "--gpu-memory",
-        type=_card_option(gpus.card_memory),
-        default=memory.DEFAULT_GPU_MEMORY,
-        metavar="SIZE",
-        help="the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
+    add_card_arguments(
+        check,
+        memory.DEFAULT_GPU_MEMORY,
+        "the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
         "units GiB, GB, MiB, MB",
-    )
-    check.add_argument(
-        "--gpu",
-        metavar="NAME",
-        help='the card by name ("RTX 4070", "RTX 4060 Ti 8GB", T4, A100-40GB, ...): its memory and compute '
-        "capability, which picks CUDA's attention kernel; overrides --gpu-memory",
-    )
-    check.add_argument(
-        "--capability",
-        type=_card_option(gpus.parse_capability),
-        metavar="X.Y",
-        help="the compute capability of a card given by --gpu-memory, e.g. 7.5 for a T4 or 6.0 for a P100 "
-        "(it picks CUDA's attention kernel; default: 8.6 assumed, as the output says)",
     )
     check.add_argument(
         "--alloc-conf",
@@ -208,6 +259,12 @@ def _add_explain(sub) -> None:
         "failed, and which section of the guide to read.",
     )
     explain_command.add_arguments(explain)
+    add_card_arguments(
+        explain,
+        None,
+        "the card to compare with and predict for (default: the total capacity in the message); "
+        "units GiB, GB, MiB, MB",
+    )
 
 
 def _explain_parser() -> argparse.ArgumentParser:
