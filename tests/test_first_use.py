@@ -113,3 +113,39 @@ def test_explain_names_the_phases_as_check_does(capsys, lang):
     for name in ("estimate_loss_first", "first_step", "train_step", "estimate_loss"):
         assert f"  {phase_title(name, lang)}" in text, (name, lang)
     assert set(CHECKS) >= {"estimate_loss_first", "first_step", "train_step"}
+
+
+# --- the README's serve command starts without Material's end-of-life notice ----------------------
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return [line for block in re.findall(r"```bash\n(.*?)```", text, re.S) for line in block.splitlines()]
+
+
+def _material_notice(env: dict) -> str:
+    """What Material prints when `mkdocs` loads the theme (material.templates, imported by the theme's
+    entry point while MkDocs reads mkdocs.yml), under `env`."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys; sys.argv[0] = 'mkdocs'; import material.templates"
+    clean = {k: v for k, v in os.environ.items() if k != "NO_MKDOCS_2_WARNING"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def test_every_mkdocs_command_of_the_readme_silences_the_notice():
+    commands = [c for c in _readme_commands() if re.search(r"\bmkdocs (serve|gh-deploy|build)\b", c)]
+    assert any("mkdocs serve" in c for c in commands) and any("gh-deploy" in c for c in commands)
+    for command in commands:
+        for call in re.findall(r"(?:^|&& )((?:\w+=\S+ )*)mkdocs (?:serve|gh-deploy|build)", command):
+            assert "NO_MKDOCS_2_WARNING=1" in call.split(), f"README: {command}"
+    env = dict(
+        pair.split("=", 1) for pair in re.findall(r"\b(NO_MKDOCS_2_WARNING=\S+) mkdocs serve", commands[0])
+    )
+    assert "end of life" in _material_notice({})  # the notice this guards against is still Material's
+    assert "end of life" not in _material_notice(env)
+    assert "2027-05-05" in (ROOT / "README.md").read_text(encoding="utf-8")
