@@ -149,3 +149,19 @@ def test_every_mkdocs_command_of_the_readme_silences_the_notice():
     assert "end of life" in _material_notice({})  # the notice this guards against is still Material's
     assert "end of life" not in _material_notice(env)
     assert "2027-05-05" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("lang", ("en", "fr"))
+def test_check_ends_with_the_sections_its_notes_name(tmp_path, monkeypatch, capsys, lang):
+    """A note of check names the section that adds a setting (eval-oom-12gb.md#eval-batch-size); the
+    answer ends with those sections as explain's "Read next" gives them, and each opens from a folder
+    outside the repository."""
+    from oomguide.explain import links
+    from test_install import open_read_next
+
+    monkeypatch.delenv(links.SITE_URL_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    args = ["check", "--no-search", "--phase", "train_step", "--set", "eval_batch_size=2", "--lang", lang]
+    assert main(args + [f"--set={s}" for s in TINY]) == 0
+    opened = open_read_next(capsys.readouterr().out, lang)
+    assert [Path(path).name for path, _, _ in opened] == ["eval-oom-12gb.md"], opened

@@ -67,6 +67,8 @@ TEXT: dict[str, str] = {
         "the prediction follows this PyTorch's code but was never checked on it"
     ),
     "note": N_("note: {note}"),
+    # TRANSLATORS: above the sections of the guide that the notes name, as explain's answer ends
+    "read_next": N_("Read next"),
     # each phase
     "estimate_loss_first": N_("first estimate_loss() (iteration 0: weights only, no optimizer state yet)"),
     "estimate_loss_first_resume": N_(
@@ -348,4 +350,9 @@ def render(out: dict, config, lang: str = "en") -> str:
     how = say("how_compiled" if out["compiled"] else "how_eager")
     lines.append("")
     lines.append(say("footer_per_rank" if several else "footer", how=how))
+    from .explain import links  # (explain's render imports this module)
+
+    sections = links.sections_named(out["warnings"])
+    if sections:  # the sections the notes name (page.md#anchor), as explain's "Read next" gives them
+        lines += ["", say("read_next"), *links.read_next(sections, lang)]
     return "\n".join(lines)

@@ -187,3 +187,23 @@ def section_link(page: str, anchor: str | None, lang: str) -> str:
     installed file at the heading's line."""
     base = published_url()
     return file_link(page, anchor, lang) if base is None else guide_url(page, anchor, lang, base)
+
+
+def read_next(sections, lang: str) -> list[str]:
+    """The lines of "Read next" for `sections` ((page, anchor) pairs), in explain's and check's answers:
+    each section's title in `lang`, and below it the one place that opens it."""
+    lines = []
+    for page, anchor in sections:
+        lines += [f"  - {section_title(page, anchor, lang)}", f"    {section_link(page, anchor, lang)}"]
+    return lines
+
+
+def sections_named(texts) -> list[tuple[str, str]]:
+    """The guide's sections that lines of text name as ``eval-oom-12gb.md#eval-batch-size`` (check's notes
+    name the section that adds a setting), in order, once each; names of no section are left out."""
+    found = []
+    for text in texts:
+        for page, anchor in re.findall(r"\b([a-z0-9-]+)\.md#([\w-]+)", text):
+            if anchor in GUIDE_SECTIONS.get(page, ()) and (page, anchor) not in found:
+                found.append((page, anchor))
+    return found

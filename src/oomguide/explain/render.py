@@ -16,7 +16,7 @@ from ..check_render import phase_title
 from ..i18n import gettext_for
 from .diagnosis import Explanation
 from .formats import format_size
-from .links import section_link, section_title
+from .links import read_next
 from .tensors import ITEMSIZE, SIXTEEN_BIT, TENSOR_NAMES
 from .words import TEXT
 
@@ -269,10 +269,7 @@ def _link_lines(result: Explanation, lang: str) -> list[str]:
     """Each section as its title in `lang`, and below it the one place that opens it: its address on the
     published site, else the page's installed file at the heading's line."""
     t = gettext_for(lang)
-    lines = ["", t(TEXT["h_links"])]
-    for p, a in result.sections:
-        lines += [f"  - {section_title(p, a, lang)}", f"    {section_link(p, a, lang)}"]
-    return lines
+    return ["", t(TEXT["h_links"]), *read_next(result.sections, lang)]
 
 
 def _render_no_request(result: Explanation, lang: str) -> str:
