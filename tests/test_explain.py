@@ -236,10 +236,15 @@ def test_gpt2_xl_model_states_against_a_24gb_card(capsys, message_file):
     assert data["diagnosis"][0] == "model_states_exceed_card"
     assert data["model_states"]["card_bytes"] == 24 * 10**9
     assert data["model_states"]["states_bytes"] > 24 * 10**9
-    assert data["links"][:3] == [  # mkdocs.yml's site_url is local: the pages' files
+    assert data["link_paths"][:3] == [  # the pages' sources (links: their installed files, site_url local)
         "docs/en/eval-oom-12gb.md#smaller-n-embd",
         "docs/en/where-the-memory-goes.ipynb",
         "docs/en/multi-gpu.md#gpt2-xl",  # several cards: FSDP2 shards the model states
+    ]
+    assert data["links"][:3] == [
+        ex.file_link("eval-oom-12gb", "smaller-n-embd", "en"),
+        ex.file_link("where-the-memory-goes", None, "en"),
+        ex.file_link("multi-gpu", "gpt2-xl", "en"),
     ]
     assert not any("reduce-batch-size" in link for link in data["links"])
 
@@ -590,7 +595,7 @@ def test_cli_as_a_subprocess(tmp_path):
     results = {name: (p.communicate(cases[name][1], timeout=120), p.returncode) for name, p in procs.items()}
     (out, err), rc = results.pop("good")
     assert rc == 0, err
-    assert "6.14 GiB" in out and "  docs/en/eval-oom-12gb.md#eval-batch-size\n" in out
+    assert "6.14 GiB" in out and f"\n    {ex.file_link('eval-oom-12gb', 'eval-batch-size', 'en')}\n" in out
     for name, ((out, err), rc) in results.items():
         assert rc == 2, (name, err)
         assert out == ""
@@ -668,7 +673,7 @@ def test_a_message_without_a_request_is_explained(capsys, monkeypatch, message):
     assert rc == 0 and err == ""
     assert "outside PyTorch's caching allocator" in out and "nvidia-smi" in out
     assert "moving tensors to the GPU" in out
-    assert "docs/en/estimate-loss-oom.md#hardware-setup" in out
+    assert f"\n    {ex.file_link('estimate-loss-oom', 'hardware-setup', 'en')}\n" in out
     for lang in ex.LANGS:
         assert gettext_for(lang)(ex.TEXT["h_checks"]) in ex.render(ex.explain(message), lang)
 
