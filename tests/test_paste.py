@@ -82,7 +82,10 @@ def test_links_are_relative_and_in_the_readers_language():
     text = (ROOT / "tests" / "golden" / "messages" / "fragmentation.txt").read_text(encoding="utf-8")
     out = json.loads(browser.answer(text, "de", "../.."))
     assert out["links"] and all(link.startswith("../../de/") for link in out["links"])
-    assert [line.strip() for line in out["text"].splitlines() if line.startswith("  ../")] == out["links"]
+    assert [line.strip() for line in out["text"].splitlines() if line.startswith("    ../")] == out["links"]
+    # each under its section's title in the page's language (the bundle carries the pages' headings)
+    titles = [line[4:] for line in out["text"].splitlines() if line.startswith("  - ") and " › " in line]
+    assert len(titles) == len([link for link in out["links"] if "#" in link]), titles
     assert "127.0.0.1" not in out["text"] and "docs/" not in out["text"]  # the site's pages, not files
 
 

@@ -69,6 +69,8 @@ TEXT: dict[str, str] = {
         "the prediction follows this PyTorch's code but was never checked on it"
     ),
     "note": N_("note: {note}"),
+    # TRANSLATORS: above the sections of the guide that the notes name, as explain's answer ends
+    "read_next": N_("Read next"),
     # each phase
     "estimate_loss_first": N_("first estimate_loss() (iteration 0: weights only, no optimizer state yet)"),
     "estimate_loss_first_resume": N_(
@@ -245,6 +247,13 @@ def usage_error_line(message: str, lang: str) -> str:
     return words(lang)("usage_error", message=translate(message, lang))
 
 
+def phase_title(name: str, lang: str, resumed: bool = False) -> str:
+    """A phase (a key of ``memory.CHECKS``) as check's answer and the pages name it, in `lang`: "first
+    estimate_loss() (iteration 0: ...)", never the internal name; explain's prediction says the same."""
+    key = "estimate_loss_first_resume" if name == "estimate_loss_first" and resumed else name
+    return words(lang)(key) if key in TEXT else name
+
+
 def progress_line(phase: str, done: int, lang: str) -> str:
     bar = "#" * min(done, 20)
     return words(lang)("progress", phase=phase, bar=f"{bar:<20}", done=done)
@@ -341,11 +350,6 @@ def render(out: dict, config, lang: str = "en") -> str:
     )
     lines += [say("note", note=translate(note, lang)) for note in out["warnings"]]
     for name, r in out["phases"].items():
-        title = (
-            "estimate_loss_first_resume"
-            if name == "estimate_loss_first" and config.init_from == "resume"
-            else name
-        )
         reserved = r.get("reserved_bytes")
         borderline = r.get("verdict") == "borderline"
         key = ("phase_fits" if r["fits"] else "phase_fails") + ("_reserved" if reserved is not None else "")
@@ -355,7 +359,7 @@ def render(out: dict, config, lang: str = "en") -> str:
         lines.append(
             say(
                 key,
-                phase=say(title),
+                phase=phase_title(name, lang, resumed=config.init_from == "resume"),
                 peak=fmt(r["peak_bytes"]),
                 reserved=fmt(reserved) if reserved is not None else "",
                 attention=r.get("attention") or say("attention_none"),
@@ -411,4 +415,9 @@ def render(out: dict, config, lang: str = "en") -> str:
     how = say("how_compiled" if out["compiled"] else "how_eager")
     lines.append("")
     lines.append(say("footer_per_rank" if several else "footer", how=how))
+    from .explain import links  # (explain's render imports this module)
+
+    sections = links.sections_named(out["warnings"])
+    if sections:  # the sections the notes name (page.md#anchor), as explain's "Read next" gives them
+        lines += ["", say("read_next"), *links.read_next(sections, lang)]
     return "\n".join(lines)

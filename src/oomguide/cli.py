@@ -12,6 +12,7 @@ import os
 import re
 import sys
 
+from . import units
 from .i18n import LANGS, N_, default_lang, gettext_for
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
@@ -48,6 +49,7 @@ class _Parser(argparse.ArgumentParser):
         self.lang = lang or default_lang()
         _ = gettext_for(self.lang, "check")
         formatter = type("Formatter", (_Formatter,), {"lang": self.lang})
+        kwargs.setdefault("allow_abbrev", False)  # "--gpu" is never "--gpu-memory" (nor any prefix another)
         super().__init__(*args, add_help=False, formatter_class=formatter, **kwargs)
         self._positionals.title = _(POSITIONALS)
         self._optionals.title = _(OPTIONS)
@@ -61,9 +63,33 @@ class _Parser(argparse.ArgumentParser):
                 text = text.replace(f"\n{group.title}:\n", f"\n{_(HEADING).format(title=group.title)}\n")
         return text
 
+
+UNRECOGNIZED = "unrecognized arguments: "  # argparse's words (ArgumentParser.parse_args)
+
+
+def _as_set(words: list[str]) -> list[str]:
+    """train.py's ``--key=value`` (or ``--key value``) among words argparse did not recognise, as the
+    ``--set key=value`` check and explain take: ``["batch_size=8"]``."""
+    settings = []
+    for i, word in enumerate(words):
+        m = re.fullmatch(r"--([A-Za-z_]\w*)(?:=(.*))?", word)
+        if not m or ("-" in m.group(1)):
+            continue
+        value = m.group(2)
+        if value is None and i + 1 < len(words) and not words[i + 1].startswith("--"):
+            value = words[i + 1]
+        if value is not None:
+            settings.append(f"{m.group(1)}={value}")
+    return settings
+
     def error(self, message):  # argparse's own errors: one line, exit 2
         from .check_render import usage_error_line
 
+        if message.startswith(UNRECOGNIZED):
+            settings = _as_set(message[len(UNRECOGNIZED) :].split(" "))
+            if settings:  # train.py's spelling of a setting: name the one check and explain take
+                message += f" (a setting is given as {' '.join('--set ' + s for s in settings)})"
+                # (messages.py words the whole line in the reader's language)
         self.exit(EXIT_BAD_INPUT, usage_error_line(message, self.lang) + "\n")
 
     def parse_known_args(self, args=None, namespace=None):
@@ -116,6 +142,50 @@ def _card_option(read):
     return convert
 
 
+def add_card_arguments(parser, gpu_memory_default, gpu_memory_help: str, lang: str) -> None:
+    """--gpu-memory, --gpu and --capability: the card, for check and explain alike (one reader of each:
+    ``units.card_memory``, ``memory.gpus``; explain imports the engine only when --capability is given);
+    their --help in `lang`."""
+    _ = gettext_for(lang, "check")
+
+    def capability(text: str):
+        from .memory import gpus
+
+        return gpus.parse_capability(text)
+
+    parser.add_argument(
+        "--gpu-memory",
+        type=_card_option(units.card_memory),
+        default=gpu_memory_default,
+        metavar="SIZE",
+        help=_(gpu_memory_help),
+    )
+    parser.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help=_(
+            'the card by name ("RTX 4070", "RTX 4060 Ti 8GB", T4, A100-40GB, ...): its memory and compute '
+            "capability, which picks CUDA's attention kernel; overrides --gpu-memory"
+        ),
+    )
+    parser.add_argument(
+        "--capability",
+        type=_card_option(capability),
+        metavar="X.Y",
+        help=_(
+            "the compute capability of a card given by --gpu-memory, e.g. 7.5 for a T4 or 6.0 for a P100 "
+            "(it picks CUDA's attention kernel; default: 8.6 assumed, as the output says)"
+        ),
+    )
+
+
+def resolve_card(args):
+    """The card that --gpu, --gpu-memory and --capability name (``memory.gpus.resolve_card``)."""
+    from .memory import gpus
+
+    return gpus.resolve_card(args.gpu, args.gpu_memory, args.capability)
+
+
 def _new_parser(lang: str):
     _ = gettext_for(lang, "check")
     parser = _Parser(
@@ -127,7 +197,6 @@ def _new_parser(lang: str):
 def build_parser(lang: str | None = None) -> argparse.ArgumentParser:
     """Both commands' arguments, their --help in `lang` (default: the locale's language)."""
     from . import memory  # check's phases (the engine: torch); explain alone needs it not (_explain_parser)
-    from .memory import gpus
 
     lang = lang or default_lang()
     _ = gettext_for(lang, "check")
@@ -190,32 +259,14 @@ def build_parser(lang: str | None = None) -> argparse.ArgumentParser:
     check.add_argument(
         "--model", metavar="PATH", help=_("a nanoGPT model.py to run instead of the checkout's")
     )
-    check.add_argument(
-        "--gpu-memory",
-        type=_card_option(gpus.card_memory),
-        default=memory.DEFAULT_GPU_MEMORY,
-        metavar="SIZE",
-        help=_(
+    add_card_arguments(
+        check,
+        memory.DEFAULT_GPU_MEMORY,
+        N_(
             "the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
             "units GiB, GB, MiB, MB"
         ),
-    )
-    check.add_argument(
-        "--gpu",
-        metavar="NAME",
-        help=_(
-            'the card by name ("RTX 4070", "RTX 4060 Ti 8GB", T4, A100-40GB, ...): its memory and compute '
-            "capability, which picks CUDA's attention kernel; overrides --gpu-memory"
-        ),
-    )
-    check.add_argument(
-        "--capability",
-        type=_card_option(gpus.parse_capability),
-        metavar="X.Y",
-        help=_(
-            "the compute capability of a card given by --gpu-memory, e.g. 7.5 for a T4 or 6.0 for a P100 "
-            "(it picks CUDA's attention kernel; default: 8.6 assumed, as the output says)"
-        ),
+        lang,
     )
     check.add_argument(
         "--alloc-conf",
@@ -288,6 +339,15 @@ def _add_explain(sub, lang: str) -> None:
         ),
     )
     explain_command.add_arguments(explain, lang)
+    add_card_arguments(
+        explain,
+        None,
+        N_(
+            "the card to compare with and predict for (default: the total capacity in the message); "
+            "units GiB, GB, MiB, MB"
+        ),
+        lang,
+    )
 
 
 def _explain_parser(lang: str) -> argparse.ArgumentParser:

@@ -289,6 +289,9 @@ MESSAGES: tuple[str, ...] = (
         "every max_new_tokens fits: generate() crops the context at block_size ({block} tokens) "
         "from max_new_tokens = {n} on"
     ),
+    # TRANSLATORS: argparse's "unrecognized arguments" for train.py's --key=value spelling (cli._Parser):
+    # {args} as typed, {settings} the same as check and explain take them ("--set batch_size=8")
+    N_("unrecognized arguments: {args} (a setting is given as {settings})"),
 )
 
 

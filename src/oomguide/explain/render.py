@@ -16,10 +16,11 @@ from __future__ import annotations
 import functools
 
 from .. import figures
+from ..check_render import phase_title
 from ..i18n import gettext_for
 from .diagnosis import Explanation
 from .formats import format_size
-from .links import section_link
+from .links import read_next
 from .tensors import ITEMSIZE, SIXTEEN_BIT, TENSOR_NAMES
 from .words import TEXT
 
@@ -183,7 +184,9 @@ def _prediction_lines(result: Explanation, lang: str) -> list[str]:
         path = p["code"].get("path")
         key = f"pred_{'compiled' if p['compiled'] else 'eager'}_{'checkout' if path else 'released'}"
         lines.append("  " + t(TEXT[key]).format(path=path))
-    for phase, r in p["phases"].items():
+    resumed = (result.config or {}).get("init_from") == "resume"
+    for name, r in p["phases"].items():
+        phase = phase_title(name, lang, resumed)  # check's words for the phase, never its internal name
         if r["fits"]:
             lines.append("  " + t(TEXT["pred_fits"]).format(phase=phase, peak=fmt(r["peak_bytes"])))
         elif r.get("verdict") == "borderline" or r.get("failing_allocation_bytes") is None:
@@ -255,7 +258,9 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
     fmt = functools.partial(_size, lang=lang)
     d, figs = result.disagreement, result.figures
     lines = ["", t(TEXT["h_disagreement"])]
-    lines.append("  " + t(TEXT["dis_intro"]).format(phase=d["phase"], peak=fmt(d["predicted_peak_bytes"])))
+    resumed = (result.config or {}).get("init_from") == "resume"
+    phase = phase_title(d["phase"], lang, resumed)
+    lines.append("  " + t(TEXT["dis_intro"]).format(phase=phase, peak=fmt(d["predicted_peak_bytes"])))
     for item in d["figures"]:
         code = item["code"]
         if code == "different_card":
@@ -279,9 +284,10 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
 
 
 def _link_lines(result: Explanation, lang: str) -> list[str]:
-    """Each section as one link: its address on the published site, else its page in the repository."""
+    """Each section as its title in `lang`, and below it the one place that opens it: its address on the
+    published site, else the page's installed file at the heading's line."""
     t = gettext_for(lang)
-    return ["", t(TEXT["h_links"])] + [f"  {section_link(p, a, lang)}" for p, a in result.sections]
+    return ["", t(TEXT["h_links"]), *read_next(result.sections, lang)]
 
 
 def _render_no_request(result: Explanation, lang: str) -> str:
