@@ -42,6 +42,25 @@ class _Formatter(argparse.HelpFormatter):
         super().add_usage(usage, actions, groups, prefix)
 
 
+UNRECOGNIZED = "unrecognized arguments: "  # argparse's words (ArgumentParser.parse_args)
+
+
+def _as_set(words: list[str]) -> list[str]:
+    """train.py's ``--key=value`` (or ``--key value``) among words argparse did not recognise, as the
+    ``--set key=value`` check and explain take: ``["batch_size=8"]``."""
+    settings = []
+    for i, word in enumerate(words):
+        m = re.fullmatch(r"--([A-Za-z_]\w*)(?:=(.*))?", word)
+        if not m or ("-" in m.group(1)):
+            continue
+        value = m.group(2)
+        if value is None and i + 1 < len(words) and not words[i + 1].startswith("--"):
+            value = words[i + 1]
+        if value is not None:
+            settings.append(f"{m.group(1)}={value}")
+    return settings
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, speaking `lang` (--help and the error line); bad input ends in one line, exit 2."""
 
@@ -63,24 +82,6 @@ class _Parser(argparse.ArgumentParser):
                 text = text.replace(f"\n{group.title}:\n", f"\n{_(HEADING).format(title=group.title)}\n")
         return text
 
-
-UNRECOGNIZED = "unrecognized arguments: "  # argparse's words (ArgumentParser.parse_args)
-
-
-def _as_set(words: list[str]) -> list[str]:
-    """train.py's ``--key=value`` (or ``--key value``) among words argparse did not recognise, as the
-    ``--set key=value`` check and explain take: ``["batch_size=8"]``."""
-    settings = []
-    for i, word in enumerate(words):
-        m = re.fullmatch(r"--([A-Za-z_]\w*)(?:=(.*))?", word)
-        if not m or ("-" in m.group(1)):
-            continue
-        value = m.group(2)
-        if value is None and i + 1 < len(words) and not words[i + 1].startswith("--"):
-            value = words[i + 1]
-        if value is not None:
-            settings.append(f"{m.group(1)}={value}")
-    return settings
 
     def error(self, message):  # argparse's own errors: one line, exit 2
         from .check_render import usage_error_line
@@ -350,9 +351,10 @@ def _add_explain(sub, lang: str) -> None:
     )
 
 
-def _explain_parser(lang: str) -> argparse.ArgumentParser:
+def _explain_parser(lang: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``oomguide explain`` alone: reading a message imports no torch, and check's
     arguments would (build_parser)."""
+    lang = lang or default_lang()
     parser, sub = _new_parser(lang)
     _add_explain(sub, lang)
     return parser

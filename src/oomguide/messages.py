@@ -55,7 +55,10 @@ MESSAGES: tuple[str, ...] = (
     # {value}, {choices}, {names}, {words}, {option}, {matches}, {type}: as argparse printed them.
     N_("invalid choice: {value} (choose from {choices})"),
     N_("the following arguments are required: {names}"),
-    N_("unrecognized arguments: {words}"),
+    # TRANSLATORS: argparse's "unrecognized arguments" for train.py's --key=value spelling (cli._Parser):
+    # {args} as typed, {settings} the same as check and explain take them ("--set batch_size=8")
+    N_("unrecognized arguments: {args} (a setting is given as {settings})"),
+    N_("unrecognized arguments: {words}"),  # after the one above, which it would also match
     N_("expected one argument"),
     N_("invalid {type} value: {value}"),
     N_("ambiguous option: {option} could match {matches}"),
@@ -289,9 +292,6 @@ MESSAGES: tuple[str, ...] = (
         "every max_new_tokens fits: generate() crops the context at block_size ({block} tokens) "
         "from max_new_tokens = {n} on"
     ),
-    # TRANSLATORS: argparse's "unrecognized arguments" for train.py's --key=value spelling (cli._Parser):
-    # {args} as typed, {settings} the same as check and explain take them ("--set batch_size=8")
-    N_("unrecognized arguments: {args} (a setting is given as {settings})"),
 )
 
 
