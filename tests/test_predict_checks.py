@@ -26,6 +26,8 @@ from oomguide import loop, memory
 from oomguide.cli import main
 from oomguide.config import ConfigError, load_config, read_meta_vocab
 from oomguide.memory import cuda_model
+from oomguide.memory.gpus import DEFAULT_CAPABILITY
+from oomguide.memory.kernels import cublas_workspace_bytes
 from oomguide.model import GPT, GPTConfig
 
 TINY = ["n_layer=2", "n_head=2", "n_embd=64", "block_size=64", "vocab_size=512", "batch_size=4"]
@@ -352,7 +354,8 @@ def test_unknown_init_from_is_one_line_exit_2(capsys):
 
 def test_two_evaluation_phases_in_the_json(capsys):
     """The first estimate_loss (weights only) and a later one (AdamW state, stale logits): one
-    object per phase, the later one larger by exactly the AdamW state and one logits tensor."""
+    object per phase, the later one larger by exactly the AdamW state, one logits tensor and the
+    backward thread's cuBLAS workspace, made in the first step (memory/kernels.py)."""
     assert main(["check", "--json", "--no-search", *sum((["--set", a] for a in TINY), [])]) == 0
     data = json.loads(capsys.readouterr().out)
     assert list(data["phases"]) == ["estimate_loss_first", "first_step", "train_step", "estimate_loss"]
@@ -360,7 +363,9 @@ def test_two_evaluation_phases_in_the_json(capsys):
     assert (first["state"], later["state"]) == ("first", "training")
     assert first["breakdown"]["optimizer_state"] == 0 < later["breakdown"]["optimizer_state"]
     logits = memory.block_size(4 * 64 * 512 * 2)
-    extra = later["breakdown"]["optimizer_state"] + logits
+    workspace = memory.block_size(cublas_workspace_bytes(DEFAULT_CAPABILITY))
+    assert later["breakdown"]["workspaces"] == first["breakdown"]["workspaces"] + workspace
+    extra = later["breakdown"]["optimizer_state"] + logits + workspace
     assert later["peak_bytes"] == first["peak_bytes"] + extra
 
 

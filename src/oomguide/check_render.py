@@ -199,10 +199,10 @@ TEXT: dict[str, str] = {
 _UNDER = {"fits": "fits", "borderline": "borderline", "does_not_fit": "fails"}
 
 
-def borderline_lines(r: dict, usable: int, say) -> list[str]:
+def borderline_lines(r: dict, usable: int, say, fmt) -> list[str]:
     """What a borderline phase (``r``, a phase of the verdict's dict) adds: why, the verdict with
-    expandable segments, and where the allocator's replay fails if it does (``say``: ``words(lang)``)."""
-    fmt = units.fmt_bytes
+    expandable segments, and where the allocator's replay fails if it does (``say``: ``words(lang)``;
+    ``fmt``: how the answer writes a size)."""
     lines = [say("borderline", usable=fmt(usable))]
     under = r.get("verdict_with_expandable_segments")
     if under:
@@ -369,7 +369,7 @@ def render(out: dict, config, lang: str = "en") -> str:
             "  " + say("largest", size=fmt(r["largest_allocation_bytes"]), op=r["largest_allocation"])
         )
         if borderline:
-            lines += ["  " + line for line in borderline_lines(r, out["usable_bytes"], say)]
+            lines += ["  " + line for line in borderline_lines(r, out["usable_bytes"], say, fmt)]
         elif not r["fits"] and r.get("failing_allocation_bytes") is not None:
             at_reserved = r.get("reserved_at_failure_bytes")
             key = "fail_at" + ("_forward" if r.get("failing_forward") else "")

@@ -305,7 +305,8 @@ def _run_tracked(
 
         model.register_forward_pre_hook(count)
         like = next(model.parameters(), None)
-        workspace = cublas_workspace_bytes(kernels.capability)
+        # cuBLAS's workspaces: a CUDA run's (a run on real CPU tensors checks the CPU's allocator: none)
+        workspace = cublas_workspace_bytes(kernels.capability) if fake else 0
         tracker.workspaces(workspace, _blas_threads_before(phase, state), like)
         if later_tracker is not None:
             later_tracker.workspaces(workspace, ("forward", "backward"), like)

@@ -98,7 +98,7 @@ def render(out: dict, lang: str = "en") -> str:
         )
         lines.append("  " + common("largest", size=fmt(r["largest_allocation_bytes"]), op=r["largest_allocation"]))
         if borderline:
-            lines += ["  " + line for line in borderline_lines(r, out["usable_bytes"], common)]
+            lines += ["  " + line for line in borderline_lines(r, out["usable_bytes"], common, fmt)]
         elif not r["fits"] and r.get("failing_allocation_bytes") is not None:
             lines.append(
                 "  "
