@@ -743,7 +743,7 @@ def test_links_are_the_pages_installed_files_while_site_url_is_local(monkeypatch
     assert ex.file_link("eval-oom-12gb", "eval-batch-size", "ja") == f"{ROOT}/docs/ja/eval-oom-12gb.md:{heading}"
     assert ex.file_link("where-the-memory-goes", None, "fr") == f"{ROOT}/docs/fr/where-the-memory-goes.ipynb"
     assert ex.section_title("beyond", "chunked-loss", "de") == "Jenseits der üblichen Lösungen › Cross-Entropy in Chunks"
-    assert ex.section_title("where-the-memory-goes", None, "ja") == "メモリの行き先"
+    assert ex.section_title("where-the-memory-goes", None, "ja") == "メモリの内訳"
     result = ex.explain(traceback(msg_6_14()))
     for lang in ex.LANGS:
         text = ex.render(result, lang)
