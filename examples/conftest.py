@@ -36,6 +36,7 @@ SNIPPETS = ROOT / "snippets"
 _LINES: list[str] = []
 _CHECKED: dict[str, set[str]] = {}
 _UPDATES: dict[str, dict[str, dict]] = {}
+_REPORT: list[str] = []  # the GPU report's line, last in the summary
 
 
 def pytest_addoption(parser):
@@ -134,6 +135,8 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"oomguide: wrote {sum(map(len, _UPDATES.values()))} figures to {figs.STORE}"
         )
+    for line in _REPORT:
+        terminalreporter.write_line(line)
 
 
 def page_of(module_name: str) -> str:
@@ -337,16 +340,33 @@ def nanogpt(request, tmp_path_factory):
     source = getattr(request.config, "_oomguide_nanogpt", None)
     if source is None:
         pytest.skip(NANOGPT_MISSING)
+    from gpu_run import cuda_device
     from nanogpt_checkout import NanoGPT
 
     checkout = NanoGPT(
         source,
         tmp_path_factory.mktemp("nanogpt"),
-        cuda=memory.cuda_available(),
+        device=cuda_device(),
         gpu_memory=memory.parse_size(request.config.getoption("--gpu-memory")),
     )
     yield checkout
     checkout.close()
+    if checkout.results:  # on a GPU: the report, in the measurements format
+        finish_report(checkout.device, checkout.results, Path(request.config.invocation_params.dir))
+
+
+def finish_report(device, results, folder: Path) -> Path:
+    """Write the GPU report into `folder` and say in the summary where it is and what to do with it."""
+    from gpu_run import write_report
+
+    path = write_report(folder, device, results)
+    agree = sum(r.agrees for r in results)
+    _REPORT.append(
+        f"oomguide: report written to {path}: {len(results)} runs on {device.name}, {agree} as oomguide "
+        f"check says. To add it to the project, copy it into examples/measurements/ "
+        f"(docs/en/verify.md#report), where the accuracy page counts it."
+    )
+    return path
 
 
 NANOCHAT_MISSING = (

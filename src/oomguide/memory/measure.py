@@ -41,6 +41,33 @@ def cuda_capability() -> tuple[int, int]:
     return tuple(torch.cuda.get_device_capability(0))
 
 
+def cuda_driver() -> str | None:
+    """The driver of GPU 0: NVIDIA's driver version where NVML answers, else the CUDA driver API version
+    PyTorch reads (``CUDA 12.4``), else None."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # no pynvml, or no NVML library: what PyTorch knows
+        pass
+    try:
+        number = torch._C._cuda_getDriverVersion()
+    except (AttributeError, RuntimeError):
+        return None
+    return f"CUDA {number // 1000}.{number % 1000 // 10}" if number else None
+
+
+def phase_peaks(reset: bool = True) -> tuple[int, int]:
+    """(allocated, reserved) peaks since the last reset, then reset them: one phase of a real run
+    (``examples/nanogpt_run.py`` calls it at each phase boundary of nanoGPT's train.py)."""
+    out = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
+    if reset:
+        torch.cuda.reset_peak_memory_stats()
+    return out
+
+
 def non_pytorch_bytes() -> int:
     """Memory in use on GPU 0 outside this process's caching allocator (CUDA context, other processes)."""
     free, total = torch.cuda.mem_get_info(0)
