@@ -69,6 +69,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    """--nanogpt and --nanochat, checked; each option and its variable are one setting: the option
+    (default: the variable) is put back into the variable, which the library's own readers of a
+    checkout use (the accuracy page's nanochat cases, oomguide.nanochat.cases; the notebooks)."""
     path = config.getoption("--nanogpt", default=None)
     if path:
         from nanogpt_checkout import CheckoutError, check_checkout
@@ -77,6 +80,7 @@ def pytest_configure(config):
             config._oomguide_nanogpt = check_checkout(path)
         except CheckoutError as err:
             raise pytest.UsageError(str(err)) from None
+        os.environ["OOMGUIDE_NANOGPT"] = str(config._oomguide_nanogpt)
     path = config.getoption("--nanochat", default=None)
     if path:
         import nanochat_checkout
@@ -85,6 +89,7 @@ def pytest_configure(config):
             config._oomguide_nanochat = nanochat_checkout.check_checkout(path)
         except nanochat_checkout.CheckoutError as err:
             raise pytest.UsageError(str(err)) from None
+        os.environ["OOMGUIDE_NANOCHAT"] = str(config._oomguide_nanochat)
 
 
 def report_header(budget: str, cuda: dict | None = None) -> str:
@@ -135,7 +140,7 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"oomguide: wrote {sum(map(len, _UPDATES.values()))} figures to {figs.STORE}"
         )
-    for line in _REPORT:
+    for line in [*_NOT_CHECKED, *_REPORT]:
         terminalreporter.write_line(line)
 
 
@@ -405,8 +410,53 @@ def report():
     return _LINES.append
 
 
+MISSING_CHECKOUT = re.compile(r"\b(?:needs a|no) (nanoGPT|nanochat) checkout\b")
+OPTION_OF = {"nanoGPT": "--nanogpt", "nanochat": "--nanochat"}
+_SKIPPED_FOR: dict[str, list[str]] = {}  # "--nanogpt" -> node ids of the tests skipped for want of it
+
+
+def missing_checkout(reason: str) -> str | None:
+    """The option a test was skipped for want of ("--nanogpt", "--nanochat"), or None."""
+    found = MISSING_CHECKOUT.search(reason)
+    return OPTION_OF[found.group(1)] if found else None
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and isinstance(report.longrepr, tuple):
+        option = missing_checkout(str(report.longrepr[2]))
+        if option:
+            _SKIPPED_FOR.setdefault(option, []).append(report.nodeid)
+
+
+def not_checked(skipped: dict, unchecked: list, pages_of: dict) -> tuple[list, list]:
+    """(lines that say what was not checked and how to check it, the figures still missing): a figure
+    of a page whose example skipped a test for want of a checkout was not computed for that reason,
+    not missing; any other figure no example computed is. `pages_of`: node id -> the page its
+    module computes figures for."""
+    lines, excused = [], set()
+    for option, nodes in sorted(skipped.items()):
+        pages = sorted({pages_of.get(n) for n in nodes} - {None})
+        mine = [f for f in unchecked if f.split(".", 1)[0] in pages]
+        excused |= set(mine)
+        lines.append(
+            f"oomguide: not checked: {len(nodes)} tests need a {option[2:]} checkout"
+            + (
+                f", and {len(mine)} figure{'s' * (len(mine) != 1)} of {', '.join(pages)} come from them"
+                if mine
+                else ""
+            )
+            + f". To check them: pytest examples {option} PATH (or {ENV_OF[option]}=PATH)"
+        )
+    return lines, [f for f in unchecked if f not in excused]
+
+
+ENV_OF = {"--nanogpt": "OOMGUIDE_NANOGPT", "--nanochat": "OOMGUIDE_NANOCHAT"}
+_NOT_CHECKED: list[str] = []
+
+
 def pytest_sessionfinish(session, exitstatus):
-    """When the whole examples suite ran, every figure the pages print must have been computed."""
+    """When the whole examples suite ran, every figure the pages print must have been computed, but for
+    those of tests skipped for want of a checkout: the summary says what was not checked and how."""
     opts = session.config.option
     if exitstatus != 0 or opts.keyword or opts.markexpr or session.config.getoption("--update-figures"):
         return
@@ -419,9 +469,16 @@ def pytest_sessionfinish(session, exitstatus):
         for key in entries
         if key not in _CHECKED.get(page, set())
     )
-    if unchecked:
+    pages_of = {
+        item.nodeid: getattr(item.module, "PAGE_FIGURES", None) or page_of(item.module.__name__)
+        for item in session.items
+        if getattr(item, "module", None) is not None
+    }
+    lines, missing = not_checked(_SKIPPED_FOR, unchecked, pages_of)
+    _NOT_CHECKED.extend(lines)
+    if missing:
         session.exitstatus = 1
-        print(f"\noomguide: figures in {figs.STORE.name} that no example computed: {', '.join(unchecked)}")
+        print(f"\noomguide: figures in {figs.STORE.name} that no example computed: {', '.join(missing)}")
 
 
 def check_json(*argv: str) -> dict:

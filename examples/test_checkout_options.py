@@ -34,3 +34,85 @@ def test_bad_checkout_path_is_a_usage_error(tmp_path, option, bad):
     assert "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr
     expected = "no such folder" if bad == "missing" else not_a_checkout
     assert f"--{option} {path}: {expected}" in errors[0]
+
+
+# --------------------------------------------------------------------------------------------
+# an option and its variable are one setting; a test skipped for want of a checkout has not failed
+# --------------------------------------------------------------------------------------------
+NANOCHAT = ROOT.parent / "shared" / "nanochat"
+
+
+def test_the_option_is_what_the_variable_says():
+    """`--nanochat PATH` reaches what reads only OOMGUIDE_NANOCHAT: the accuracy page's nanochat cases
+    (oomguide.nanochat.cases), run here in a child pytest started without the variable."""
+    import os
+
+    path = Path(os.environ.get("OOMGUIDE_NANOCHAT") or NANOCHAT)
+    if not (path / "nanochat" / "gpt.py").is_file():
+        pytest.skip("needs a nanochat checkout: pytest examples --nanochat PATH (or OOMGUIDE_NANOCHAT=PATH)")
+    env = {k: v for k, v in os.environ.items() if k not in ("OOMGUIDE_NANOCHAT", "OOMGUIDE_NANOGPT")}
+    env["OOMGUIDE_PROBE"] = "1"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            f"{__file__}::test_probe_nanochat_cases",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ]
+        + ["--nanochat", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_probe_nanochat_cases(request):
+    """Run by the test above only: the checkout of --nanochat is the one the nanochat cases use."""
+    import os
+
+    if os.environ.get("OOMGUIDE_PROBE") != "1":
+        pytest.skip("run by test_the_option_is_what_the_variable_says")
+    from oomguide.nanochat import cases
+
+    assert cases.checkout() == request.config._oomguide_nanochat
+
+
+def test_skip_reasons_for_a_missing_checkout_are_recognised():
+    from conftest import NANOCHAT_MISSING, NANOGPT_MISSING, missing_checkout
+    from oomguide.nanochat import cases
+
+    assert missing_checkout(NANOGPT_MISSING) == "--nanogpt"
+    assert missing_checkout(NANOCHAT_MISSING) == "--nanochat"
+    assert missing_checkout(cases.MISSING) == "--nanochat"
+    assert (
+        missing_checkout("no nanoGPT checkout at /x: set OOMGUIDE_NANOGPT=PATH") == "--nanogpt"
+    )  # test_multi_gpu
+    assert missing_checkout("needs CUDA") is None
+    assert missing_checkout("nanoGPT checkout found, but too old") is None
+
+
+def test_figures_of_tests_skipped_for_a_checkout_are_not_missing():
+    """Without --nanogpt, the figures that only its tests compute are not checked, said in the summary
+    with the command that checks them; a figure that no example computes for another reason still is
+    missing (and fails the run)."""
+    from conftest import not_checked
+
+    skipped = {"--nanogpt": ["examples/test_run_moments.py::test_resume", "examples/test_nanogpt.py::test_x"]}
+    pages_of = {
+        "examples/test_run_moments.py::test_resume": "run-moments",
+        "examples/test_nanogpt.py::test_x": "nanogpt",
+    }
+    unchecked = ["run-moments.resume_peak", "eval-oom-12gb.train_peak"]
+    lines, missing = not_checked(skipped, unchecked, pages_of)
+    assert missing == ["eval-oom-12gb.train_peak"]
+    assert lines == [
+        "oomguide: not checked: 2 tests need a nanogpt checkout, and 1 figure of nanogpt, run-moments come "
+        "from them. To check them: pytest examples --nanogpt PATH (or OOMGUIDE_NANOGPT=PATH)"
+    ]
+    assert not_checked({}, unchecked, pages_of) == ([], unchecked)
