@@ -116,3 +116,31 @@ def test_figures_of_tests_skipped_for_a_checkout_are_not_missing():
         "from them. To check them: pytest examples --nanogpt PATH (or OOMGUIDE_NANOGPT=PATH)"
     ]
     assert not_checked({}, unchecked, pages_of) == ([], unchecked)
+
+
+# --------------------------------------------------------------------------------------------
+# the pages' figures: exact with CI's torch, within a stated tolerance with another, or on a GPU
+# --------------------------------------------------------------------------------------------
+def test_a_figure_one_percent_off_passes_on_another_torch_only():
+    from conftest import CI_TORCH, OTHER_TORCH_TOLERANCE, compare_figure, figures_exact
+
+    assert CI_TORCH == "2.13.0" and OTHER_TORCH_TOLERANCE == 0.02  # as docs/<lang>/verify.md says
+    assert figures_exact(f"{CI_TORCH}+cpu", cuda=False)
+    assert not figures_exact("2.11.0+cu130", cuda=False) and not figures_exact(f"{CI_TORCH}+cu130", cuda=True)
+    page = {"value": 10 * 2**30, "unit": "gib"}
+    ok, line = compare_figure(
+        "eval-oom-12gb.train_peak_compiled", int(1.01 * 10 * 2**30), page, "gib", exact=False
+    )
+    assert ok and line == (
+        "figure eval-oom-12gb.train_peak_compiled: the page prints 10.00 GiB, yours is 10.10 GiB, 1.00% apart: "
+        "within 2% (the pages' figures are computed with torch 2.13.0, on the CPU)"
+    )
+    ok, line = compare_figure(
+        "eval-oom-12gb.train_peak_compiled", int(1.03 * 10 * 2**30), page, "gib", exact=False
+    )
+    assert not ok and "3.00% apart: beyond 2%" in line
+    ok, line = compare_figure(
+        "eval-oom-12gb.train_peak_compiled", int(1.01 * 10 * 2**30), page, "gib", exact=True
+    )
+    assert not ok and "run pytest examples --update-figures" in line  # CI's torch: to the byte
+    assert compare_figure("x.y", page["value"], page, "gib", exact=True) == (True, None)
