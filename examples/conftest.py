@@ -409,7 +409,7 @@ def finish_report(device, results, folder: Path) -> Path:
     path = write_report(folder, device, results)
     agree = sum(r.agrees for r in results)
     _REPORT.append(
-        f"oomguide: report written to {path}: {len(results)} runs on {device.name}, {agree} as oomguide "
+        f"oomguide: report written to {path}: {len(results)} run{'s' * (len(results) != 1)} on {device.name}, {agree} as oomguide "
         f"check says. To add it to the project, copy it into examples/measurements/ "
         f"(docs/en/verify.md#report), where the accuracy page counts it."
     )

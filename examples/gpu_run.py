@@ -208,18 +208,15 @@ class Result:
             + (f", {p.alloc_conf}" if p.alloc_conf else "")
             + f"): {p.label}"
         )
-        parts = []
-        for name in ORDER:
-            if name in self.phases or name in p.predicted:
-                got = self.phases.get(name, {}).get("allocated")
-                want = p.predicted.get(name, {})
-                parts.append(
-                    f"{name} {fmt(got) if got is not None else '-'} measured / "
-                    f"{fmt(want['allocated']) if want else '-'} predicted ({want.get('verdict', '-')})"
-                )
+        parts = [
+            f"{name} {fmt(got['allocated'])} measured / "
+            + (f"{fmt(p.predicted[name]['allocated'])} predicted" if name in p.predicted else "not predicted")
+            for name in ORDER
+            if (got := self.phases.get(name)) is not None
+        ]
         ran = "ran" if self.outcome["fits"] else f"out of memory in {self.outcome['oom_phase']}"
-        verdict_word = "as check says" if self.agrees else "NOT as check says"
-        return f"{head}: {'; '.join(parts)} -> {ran}, {verdict_word} ({p.describe()})"
+        agrees = "" if self.agrees else "DISAGREES: "
+        return f"{head}: {agrees}{ran}; {p.describe()}" + (f": {'; '.join(parts)}" if parts else "")
 
 
 def judge(run_plan: Plan, record: dict) -> Result:

@@ -369,7 +369,9 @@ class NanoGPT:
         self.write_data(folder, values["dataset"], vocab, values["block_size"])
         tail = [*argv_scale, *extra]
         planned = scale == "full" and self.cuda and code and not extra and placements is None and not sample
-        run_plan = self.plan_for(folder, configs, tail, applied, folder.name, typed) if planned else None
+        run_plan = (
+            self.plan_for(folder, configs, tail, applied, " + ".join(snippets), typed) if planned else None
+        )
         return {
             "plan": run_plan,
             "folder": folder,

@@ -119,7 +119,11 @@ def test_a_run_is_judged_where_check_says(planned):
     assert not gpu_run.judge(fix, stand_in_record(fix, "first_step")).agrees, "said to fit, ran out"
     line = gpu_run.judge(fix, stand_in_record(fix)).line()
     assert line.startswith("GPU, full scale, eager, capped to a card of 11.69 GiB")
-    assert "-> ran, as check says" in line
+    assert ": ran; check says it fits: estimate_loss_first " in line
+    assert (
+        "DISAGREES: out of memory in first_step; check says it fits"
+        in gpu_run.judge(fix, stand_in_record(fix, "first_step")).line()
+    )
 
 
 def test_the_phases_of_a_run_are_logged():
