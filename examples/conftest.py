@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -263,12 +263,21 @@ SCALED_DOWN = dict(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=512
 
 @dataclass
 class Runner:
-    """Runs a phase for an example: measured on CUDA, or predicted + scaled down on the CPU path."""
+    """Runs a phase for an example: measured on CUDA, or predicted + scaled down on the CPU path.
+
+    `device`: the GPU (``gpu_run.cuda_device()``), None on the CPU path; `measure`: the device call
+    (``oomguide.memory.measure``). A test gives a stand-in device and measure, so that every line of
+    the CUDA branch runs on the CPU but the measurement itself (examples/test_gpu_path.py)."""
 
     gpu_memory: int
     budget_text: str
     tmp: Path
-    cuda: bool = field(default_factory=memory.cuda_available)
+    device: object = None
+    measure: object = None
+
+    @property
+    def cuda(self) -> bool:
+        return self.device is not None
 
     @property
     def mode(self) -> str:
@@ -298,18 +307,27 @@ class Runner:
         extra = dict(state=state, source=source, stale_logits=stale_logits)
         fmt = memory.fmt_bytes
         if self.cuda:
+            measure = self.measure or memory.measure
             try:
-                result = memory.measure(
+                result = measure(
                     config, phase, self.data_dir(config.gpt_config().vocab_size), self.gpu_memory, **extra
                 )
             except memory.CardTooSmall as exc:
+                _LINES.append(f"skipped on the GPU: {label or phase}: {exc}")
                 pytest.skip(str(exc))
-            # the same phase predicted with this card's kernels, next to the measurement
+            # the same phase predicted with this card's kernels and allocator setting, compiled where the
+            # config compiles (memory.measure compiles it then), next to the measurement
             guess = memory.predict(
-                config, phase, self.gpu_memory, capability=memory.cuda_capability(), **extra
+                config,
+                phase,
+                self.gpu_memory,
+                capability=tuple(self.device.capability),
+                **({"compiled": True} if config.compile else {}),
+                **extra,
             )
             how = (
-                f"CUDA run on {memory.cuda_device_name()} under {self.budget_text}: measured "
+                f"CUDA run on {self.device.name} under {self.budget_text}, "
+                f"{'compiled' if config.compile else 'eager'}: measured "
                 f"{fmt(result.peak_bytes)} allocated / {fmt(result.reserved_bytes)} reserved "
                 f"(predicted {fmt(guess.peak_bytes)} / {fmt(guess.reserved_bytes)}, attention {result.attention})"
             )
@@ -367,8 +385,10 @@ class Runner:
 
 @pytest.fixture(scope="session")
 def runner(request, tmp_path_factory) -> Runner:
+    from gpu_run import cuda_device
+
     text = request.config.getoption("--gpu-memory")
-    return Runner(memory.parse_size(text), text, tmp_path_factory.mktemp("oomguide"))
+    return Runner(memory.parse_size(text), text, tmp_path_factory.mktemp("oomguide"), device=cuda_device())
 
 
 NANOGPT_MISSING = (

@@ -190,3 +190,40 @@ def test_the_report_is_written_and_read_back(planned, tmp_path):
 
     assert _REPORT and str(path) in _REPORT[-1]
     _REPORT.pop()  # a stand-in's report is not this session's
+
+
+def test_the_runner_measures_on_the_device(tmp_path, snippet):
+    """The page examples' runner on a GPU (conftest.Runner with a device): the measurement goes to the
+    device call, with the run's data and card; the prediction beside it is for the device's compute
+    capability, compiled where the config compiles; the summary says both. Here the device call is a
+    stand-in that returns the prediction as its measurement; a GPU smaller than the card skips."""
+    import conftest
+
+    calls = []
+
+    def stand_in(config, phase, data_dir, gpu_memory, **extra):
+        calls.append((phase, gpu_memory, (data_dir / "val.bin").is_file(), extra))
+        return memory.predict(config, phase, gpu_memory, **extra)
+
+    runner = conftest.Runner(CARD, "11.69GiB", tmp_path, device=STAND_IN, measure=stand_in)
+    config = snippet.config("estimate-loss-oom/situation.py")
+    assert config.compile
+    result = runner.phase(config, "estimate_loss", label="page A's situation")
+    assert calls == [
+        ("estimate_loss", CARD, True, {"state": "training", "source": None, "stale_logits": True})
+    ]
+    line = conftest._LINES[-1]
+    assert line.startswith(
+        f"page A's situation: CUDA run on {STAND_IN.name} under 11.69GiB, compiled: measured "
+        f"{memory.fmt_bytes(result.peak_bytes)} allocated"
+    )
+    compiled = memory.predict(config, "estimate_loss", CARD, capability=(9, 0), compiled=True)
+    assert f"(predicted {memory.fmt_bytes(compiled.peak_bytes)} / " in line
+
+    def too_small(*args, **kwargs):
+        raise memory.CardTooSmall("NVIDIA T4 has 14.58 GiB: it cannot emulate a 23.55 GiB card")
+
+    runner.measure = too_small
+    with pytest.raises(pytest.skip.Exception, match="cannot emulate"):
+        runner.phase(config, "estimate_loss", label="page A's situation")
+    assert conftest._LINES[-1].startswith("skipped on the GPU: page A's situation: NVIDIA T4")

@@ -112,6 +112,7 @@ def measure(
     stale_logits: bool = True,
 ) -> PhaseResult:
     """Run `phase` for real on CUDA and report the allocator's peaks. An OOM is a result (fits=False).
+    Compiled with ``torch.compile`` where the config compiles (``compile = True``), as train.py runs it.
 
     As ``predict`` models it: the state before the phase (a real training step for ``state="training"``)
     is built without the cap; then the cache is emptied, the cap set (``set_per_process_memory_fraction``
@@ -135,6 +136,8 @@ def measure(
         model = source.build(config.gpt_config()).to(device)
         model.train()
         optimizer = loop.make_optimizer(model, config, device)
+        if config.compile:  # as train.py: the optimizer on the module, the steps through the compiled one
+            model = torch.compile(model)
         ctx = loop.autocast_context(device, config.dtype)
         train_state = loop.TrainState(model, optimizer, loop.make_scaler(config.dtype, device), ctx)
         if state == "training":
