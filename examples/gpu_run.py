@@ -242,6 +242,63 @@ def judge(run_plan: Plan, record: dict) -> Result:
     return Result(run_plan, phases, outcome, agrees)
 
 
+def check_on_the_gpu(run, results: list, report) -> bool:
+    """A page's full-scale run on the GPU (``run.plan``; examples/test_nanogpt.py's check_run): skipped
+    where the GPU cannot emulate the card; judged against check, added to `results` (once, for the
+    report) and to the summary. True where the run went on to the end, so that the other checks apply;
+    False where it ran out of memory where check says (nothing after that ran)."""
+    import pytest
+
+    if run.plan is None:
+        return True
+    if run.plan.skip:
+        report(f"skipped on the GPU: {run.plan.label}: {run.plan.skip}")
+        pytest.skip(run.plan.skip)
+    result = judge(run.plan, run.record)
+    if all(r.plan is not run.plan for r in results):  # a run two tests share is reported once
+        results.append(result)
+        report(result.line())
+    assert result.agrees, f"{result.line()}\n{run.explain()}"
+    return result.outcome["fits"]
+
+
+def proof_lines(runs, results: list) -> list[str]:
+    """The summary's account per page of the nanoGPT runs of this session (`runs`: nanogpt_checkout.Run):
+    how many of its snippets' runs were made on the GPU at full scale (capped to which card, compiled or
+    eager, as check says) or tiny on the CPU, and how many were skipped on the GPU and why."""
+    pages: dict[str, dict] = {}
+    for run in runs:
+        if not run.requested:
+            continue
+        page = pages.setdefault(run.requested[0].split("/", 1)[0], {"gpu": [], "tiny": 0, "skipped": []})
+        if run.plan is not None and run.plan.skip:
+            page["skipped"].append(run.plan.skip)
+        elif run.plan is not None:
+            page["gpu"].append(run.plan)
+        elif run.scale == "tiny":
+            page["tiny"] += 1
+    judged = {id(r.plan): r for r in results}
+    lines = []
+    for name, page in sorted(pages.items()):
+        parts = []
+        if page["gpu"]:
+            cards = sorted({memory.fmt_bytes(p.gpu_memory) for p in page["gpu"]})
+            compiled = sum(p.compiled for p in page["gpu"])
+            agree = sum(1 for p in page["gpu"] if id(p) in judged and judged[id(p)].agrees)
+            parts.append(
+                f"{len(page['gpu'])} run{'s' * (len(page['gpu']) != 1)} on the GPU at full scale, capped to a card of {', '.join(cards)} "
+                f"({compiled} compiled, {len(page['gpu']) - compiled} eager), {agree} measured as check says"
+            )
+        if page["tiny"]:
+            parts.append(
+                f"{page['tiny']} tiny run{'s' * (page['tiny'] != 1)} on the CPU (settings and losses, no peaks)"
+            )
+        if page["skipped"]:
+            parts.append(f"{len(page['skipped'])} skipped on the GPU ({sorted(set(page['skipped']))[0]})")
+        lines.append(f"nanoGPT, page {name}: " + "; ".join(parts))
+    return lines
+
+
 def report_run(result: Result) -> dict:
     """One run of the report, in the measurements format."""
     p = result.plan

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -227,3 +228,47 @@ def test_the_runner_measures_on_the_device(tmp_path, snippet):
     with pytest.raises(pytest.skip.Exception, match="cannot emulate"):
         runner.phase(config, "estimate_loss", label="page A's situation")
     assert conftest._LINES[-1].startswith("skipped on the GPU: page A's situation: NVIDIA T4")
+
+
+def test_check_run_on_the_gpu_judges_reports_and_stops(planned):
+    """test_nanogpt.check_run's GPU step (gpu_run.check_on_the_gpu) with stand-in records: a run out of
+    memory where check says passes and stops the other checks; one where check says it fits fails;
+    a shared run is reported once; a plan that cannot run skips; the per-page account says it all."""
+    from types import SimpleNamespace
+
+    from nanogpt_checkout import Run
+
+    a, fix = planned["situation-a"]["plan"], planned["expected-a"]["plan"]
+    results, lines = [], []
+
+    def run_of(plan, record, requested, scale="full"):
+        return Run(Path("."), 1, record, "", plan.snippets if plan else [], scale, {}, [], requested, plan)
+
+    oom = run_of(a, stand_in_record(a, "estimate_loss_first"), ("estimate-loss-oom/situation.py",))
+    assert gpu_run.check_on_the_gpu(oom, results, lines.append) is False
+    assert gpu_run.check_on_the_gpu(oom, results, lines.append) is False  # shared by two tests
+    assert len(results) == 1 and len(lines) == 1
+    ran = run_of(fix, stand_in_record(fix), ("estimate-loss-oom/expected.py",))
+    assert gpu_run.check_on_the_gpu(ran, results, lines.append) is True
+    wrong = run_of(fix, stand_in_record(fix, "train_step"), ("estimate-loss-oom/expected.py",))
+    with pytest.raises(AssertionError, match="DISAGREES"):
+        gpu_run.check_on_the_gpu(wrong, [], lines.append)
+    cannot = gpu_run.Plan(
+        **{**vars(fix), "skip": "NVIDIA T4 has 14.58 GiB: it cannot emulate a card of 23.55 GiB"}
+    )
+    with pytest.raises(pytest.skip.Exception):
+        gpu_run.check_on_the_gpu(
+            run_of(cannot, {}, ("estimate-loss-oom/block-size.py",)), results, lines.append
+        )
+    assert lines[-1].startswith("skipped on the GPU: ")
+    assert gpu_run.check_on_the_gpu(SimpleNamespace(plan=None), results, lines.append) is True  # CPU path
+    tiny = run_of(None, {}, ("eval-oom-12gb/situation.py",), scale="tiny")
+    account = gpu_run.proof_lines(
+        [oom, ran, run_of(cannot, {}, ("estimate-loss-oom/block-size.py",)), tiny], results
+    )
+    assert account == [
+        "nanoGPT, page estimate-loss-oom: 2 runs on the GPU at full scale, capped to a card of 11.69 GiB "
+        "(1 compiled, 1 eager), 2 measured as check says; 1 skipped on the GPU (NVIDIA T4 has 14.58 GiB: "
+        "it cannot emulate a card of 23.55 GiB)",
+        "nanoGPT, page eval-oom-12gb: 1 tiny run on the CPU (settings and losses, no peaks)",
+    ]

@@ -225,25 +225,8 @@ def check_against_stock(run, nanogpt):
             assert mine == pytest.approx(theirs, abs=digits), (run.estimates, stock.estimates)
 
 
-def check_on_the_gpu(run, nanogpt, report) -> bool:
-    """A page's full-scale run on the GPU (run.plan: examples/gpu_run.py): capped to the --gpu-memory
-    card, its phases as `oomguide check` says them for its settings, code and card. Skips where the GPU
-    cannot emulate the card. True where the run went on to the end (the other checks then apply)."""
-    if run.plan is None:
-        return True
-    if run.plan.skip:
-        report(f"skipped on the GPU: {run.plan.label}: {run.plan.skip}")
-        pytest.skip(run.plan.skip)
-    result = gpu_run.judge(run.plan, run.record)
-    if all(r.plan is not run.plan for r in nanogpt.results):  # a run two tests share is reported once
-        nanogpt.results.append(result)
-        report(result.line())
-    assert result.agrees, f"{result.line()}\n{run.explain()}"
-    return result.outcome["fits"]
-
-
 def check_run(run, nanogpt, report):
-    if not check_on_the_gpu(run, nanogpt, report):
+    if not gpu_run.check_on_the_gpu(run, nanogpt.results, report):
         return  # out of memory where check says: the run stopped there
     assert run.ok, run.explain()
     check_settings(run)
