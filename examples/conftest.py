@@ -6,7 +6,15 @@
 - No CUDA: the full-scale peak is predicted by running the same model code on fake tensors, and a
   real scaled-down train step and estimate_loss run on the CPU for the numerics.
 
-The summary at the end of ``pytest examples`` says which of the two happened, per example.
+The summary at the end of ``pytest examples`` says which of the two happened, per example. With
+``--nanogpt`` on a GPU, each page's nanoGPT run is planned and judged by ``examples/gpu_run.py``
+(everything before the device calls, which CI runs on the CPU with a stand-in device), and the
+session ends by writing the report (``finish_report``, format ``oomguide-measurements/1``).
+Without ``--nanogpt`` or ``--nanochat``, the tests that need the checkout skip; that is no failure,
+and the summary says what was not checked and how to check it (``not_checked``).
+
+Figures: exact with CI's torch on the CPU path; with another torch or on a GPU, within
+``OTHER_TORCH_TOLERANCE``, the page's figure printed next to the reader's (``compare_figure``).
 
 Figures: ``figure(key, value, unit)`` checks a value an example computed against
 ``examples/figures.json``, which the pages print through ``{{ key }}`` placeholders. A different

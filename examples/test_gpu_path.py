@@ -272,3 +272,49 @@ def test_check_run_on_the_gpu_judges_reports_and_stops(planned):
         "it cannot emulate a card of 23.55 GiB)",
         "nanoGPT, page eval-oom-12gb: 1 tiny run on the CPU (settings and losses, no peaks)",
     ]
+
+
+COMPILED_PROBE = """
+import json, sys, torch
+sys.path.insert(0, {examples!r})
+sys.path.insert(0, ".")
+import nanogpt_run
+rec = {{"forwards": [], "lm_head": [], "block_calls": {{"training": 0, "eval": 0}}, "checkpoint_refs": None,
+       "torch_load": [], "optimizer_steps": [], "generate": []}}
+log = nanogpt_run.PhaseLog(rec, nanogpt_run.no_peaks)
+nanogpt_run.instrument(rec, log)
+import model
+m = model.GPT(model.GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, dropout=0.0))
+compiled = torch.compile(m, backend="eager")  # train.py's call, as the runner wraps it (no Inductor here)
+x = torch.randint(0, 64, (2, 16))
+compiled.eval()
+with torch.no_grad():
+    compiled(x, x)
+compiled.train()
+_, loss = compiled(x, x)
+loss.backward()
+log.end(None)
+print(json.dumps({{"compiled": rec.get("compiled"), "forwards": [[f["training"], f["shape"]] for f in rec["forwards"]],
+                  "phases": [p["name"] for p in rec["phases"]], "blocks": rec["block_calls"]}}))
+"""
+
+
+def test_a_compiled_model_is_recorded_outside_its_graph(nanogpt):
+    """On a GPU the page's config runs compiled: nanogpt_run wraps train.py's torch.compile so that the
+    forwards (and the phases) are recorded by the compiled module's forward, outside the graph, and the
+    wrappers inside it step aside while torch.compile traces (Blocks then go uncounted). Here with
+    TorchDynamo's eager backend, in a copy of the checkout."""
+    import subprocess
+    import sys
+
+    folder = nanogpt.copy("compile-probe")
+    code = COMPILED_PROBE.format(examples=str(Path(__file__).parent))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["compiled"] is True
+    assert out["forwards"] == [[False, [2, 16]], [True, [2, 16]]]
+    assert out["phases"] == ["estimate_loss_first", "first_step"]
+    assert out["blocks"] == {"training": 0, "eval": 0}, "Blocks inside the graph are not counted"
