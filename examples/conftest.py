@@ -515,7 +515,8 @@ def not_checked(skipped: dict, unchecked: list, pages_of: dict) -> tuple[list, l
         mine = [f for f in unchecked if f.split(".", 1)[0] in pages]
         excused |= set(mine)
         lines.append(
-            f"oomguide: not checked: {len(nodes)} tests need a {option[2:]} checkout"
+            f"oomguide: not checked: {len(nodes)} test{'s' * (len(nodes) != 1)} need{'s' * (len(nodes) == 1)} "
+            f"a {option[2:]} checkout"
             + (
                 f", and {len(mine)} figure{'s' * (len(mine) != 1)} of {', '.join(pages)} come from them"
                 if mine
@@ -534,10 +535,17 @@ def pytest_sessionfinish(session, exitstatus):
     """When the whole examples suite ran, every figure the pages print must have been computed, but for
     those of tests skipped for want of a checkout: the summary says what was not checked and how."""
     opts = session.config.option
+    pages_of = {
+        item.nodeid: getattr(item.module, "PAGE_FIGURES", None) or page_of(item.module.__name__)
+        for item in session.items
+        if getattr(item, "module", None) is not None
+    }
     if exitstatus != 0 or opts.keyword or opts.markexpr or session.config.getoption("--update-figures"):
+        _NOT_CHECKED.extend(not_checked(_SKIPPED_FOR, [], pages_of)[0])
         return
     ran_all = all(Path(a).resolve() in (ROOT, ROOT / "examples") for a in session.config.args)
     if not ran_all or not any(Path(str(i.fspath)).parent == ROOT / "examples" for i in session.items):
+        _NOT_CHECKED.extend(not_checked(_SKIPPED_FOR, [], pages_of)[0])
         return
     unchecked = sorted(
         f"{page}.{key}"
@@ -545,11 +553,6 @@ def pytest_sessionfinish(session, exitstatus):
         for key in entries
         if key not in _CHECKED.get(page, set())
     )
-    pages_of = {
-        item.nodeid: getattr(item.module, "PAGE_FIGURES", None) or page_of(item.module.__name__)
-        for item in session.items
-        if getattr(item, "module", None) is not None
-    }
     lines, missing = not_checked(_SKIPPED_FOR, unchecked, pages_of)
     _NOT_CHECKED.extend(lines)
     if missing:

@@ -145,3 +145,45 @@ def test_a_figure_one_percent_off_passes_on_another_torch_only(figure):
     )
     assert not ok and "run pytest examples --update-figures" in line  # CI's torch: to the byte
     assert compare_figure("x.y", page["value"], page, "gib", exact=True) == (True, None)
+
+
+def test_the_whole_suite_without_a_checkout_exits_zero(monkeypatch):
+    """pytest_sessionfinish on a whole run where run-moments' tests were skipped for want of --nanogpt:
+    its figures are not checked, said in the summary, exit status 0; a figure of another page that no
+    example computed still makes it 1."""
+    from types import SimpleNamespace
+
+    import conftest
+    from oomguide import figures
+
+    store = figures.load()
+    checked = {page: set(keys) for page, keys in store.items() if page != "run-moments"}
+    node = "examples/test_run_moments.py::test_first_step"
+    item = SimpleNamespace(
+        nodeid=node,
+        fspath=ROOT / "examples" / "test_run_moments.py",
+        module=SimpleNamespace(__name__="test_run_moments"),
+    )
+
+    def session_with(checked):
+        monkeypatch.setattr(conftest, "_CHECKED", checked)
+        monkeypatch.setattr(conftest, "_SKIPPED_FOR", {"--nanogpt": [node]})
+        monkeypatch.setattr(conftest, "_NOT_CHECKED", [])
+        options = {"--update-figures": False}
+        config = SimpleNamespace(
+            option=SimpleNamespace(keyword="", markexpr=""),
+            args=[str(ROOT / "examples")],
+            getoption=options.get,
+        )
+        session = SimpleNamespace(config=config, items=[item], exitstatus=0)
+        conftest.pytest_sessionfinish(session, 0)
+        return session
+
+    session = session_with(checked)
+    assert session.exitstatus == 0
+    assert conftest._NOT_CHECKED == [
+        f"oomguide: not checked: 1 test needs a nanogpt checkout, and {len(store['run-moments'])} figures of "
+        "run-moments come from them. To check them: pytest examples --nanogpt PATH (or OOMGUIDE_NANOGPT=PATH)"
+    ]
+    one_missing = dict(checked, **{"eval-oom-12gb": checked["eval-oom-12gb"] - {"train_peak"}})
+    assert session_with(one_missing).exitstatus == 1
