@@ -148,3 +148,182 @@ def test_page_shows_every_case_and_lists_exactly_the_disagreements(verdicts, lan
         f"docs/{lang}/accuracy.md ({lang}): the disagreements listed are {sorted(listed)}, the engine "
         f"disagrees on {sorted(expected)}: add {sorted(expected - listed)}, drop {sorted(listed - expected)}"
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# Measured on a GPU: nanoGPT's own train.py (and nanochat's base_train) on CUDA, beside today's
+# prediction for the same settings and card (oomguide.measured; tests/test_measured.py holds the rules)
+# ------------------------------------------------------------------------------------------------
+GPU_SECTION = "measured-on-a-gpu"
+VERDICT_VALUE = {"does_not_fit": 0, "borderline": 1, "fits": 2}
+# the phase column of the section's table, as each language's pages name the phases
+PHASE_WORDS = {
+    "en": {
+        "estimate_loss_first": "first `estimate_loss()`",
+        "first_step": "first optimizer step",
+        "train_step": "training step",
+    },
+    "ja": {
+        "estimate_loss_first": "最初の `estimate_loss()`",
+        "first_step": "最初のオプティマイザのステップ",
+        "train_step": "学習ステップ",
+    },
+    "zh": {
+        "estimate_loss_first": "第一次 `estimate_loss()`",
+        "first_step": "第一个优化器步",
+        "train_step": "训练步",
+    },
+    "de": {
+        "estimate_loss_first": "erstes `estimate_loss()`",
+        "first_step": "erster Optimiererschritt",
+        "train_step": "Trainingsschritt",
+    },
+    "fr": {
+        "estimate_loss_first": "premier `estimate_loss()`",
+        "first_step": "premier pas de l’optimiseur",
+        "train_step": "pas d’entraînement",
+    },
+}
+
+
+def gpu_key(run) -> str:
+    return "gpu_" + re.sub(r"\W", "_", run.name)
+
+
+def deciding_phase(run) -> str:
+    """The phase a row shows: where the run ran out of memory, else its training step."""
+    return run.outcome.get("oom_phase") or "train_step"
+
+
+@pytest.fixture(scope="module")
+def gpu_runs(request):
+    from oomguide import measured
+
+    nanogpt = getattr(request.config, "_oomguide_nanogpt", None)
+    if nanogpt is None:
+        pytest.skip(
+            "the section 'Measured on a GPU' re-predicts nanoGPT's own runs: pytest examples --nanogpt PATH"
+        )
+    nanochat = getattr(request.config, "_oomguide_nanochat", None)
+    out = []
+    for run in measured.load_all():
+        if run.program == "nanochat" and nanochat is None:
+            continue
+        compiled = True if run.program == "nanochat" else bool(measured.settings(run, nanogpt).compile)
+        out.append((run, measured.predict(run, nanogpt=nanogpt, nanochat=nanochat), compiled))
+    return out
+
+
+def test_measured_on_a_gpu(gpu_runs, figure, report):
+    from oomguide import measured, verdict
+    from oomguide.memory import reserved
+
+    counts = dict.fromkeys(
+        (
+            "runs",
+            "phases",
+            "within",
+            "oom_runs",
+            "false_fits",
+            "oom_does_not_fit",
+            "oom_borderline",
+            "ran_runs",
+            "refused",
+            "ran_fits",
+            "ran_borderline",
+            "expandable_runs",
+            "expandable_right",
+        ),
+        0,
+    )
+    worst = {"eager": 0.0, "compiled": 0.0}
+    nanogpt = [(r, p, c) for r, p, c in gpu_runs if r.program == "nanoGPT"]
+    for run, predicted, compiled in nanogpt:
+        key, phase = gpu_key(run), deciding_phase(run)
+        said = verdict.worst(p["verdict"] for p in predicted.values())
+        ran = run.outcome["fits"]
+        counts["runs"] += 1
+        figure(f"{key}_usable", run.gpu_memory - memory.CONTEXT_BYTES, "gib")
+        figure(f"{key}_predicted", predicted[phase]["allocated"], "gib")
+        figure(f"{key}_ran", int(ran), "mark")
+        figure(f"{key}_verdict", VERDICT_VALUE[said], "verdict")
+        if ran:
+            figure(f"{key}_measured", run.phases[phase]["allocated"], "gib")
+            figure(
+                f"{key}_error",
+                predicted[phase]["allocated"] / run.phases[phase]["allocated"] - 1,
+                "percent",
+                decimals=1,
+            )
+        kind = "compiled" if compiled else "eager"
+        for check, peaks in run.phases.items():
+            if check == run.outcome.get("oom_phase"):
+                continue
+            error = predicted[check]["allocated"] / peaks["allocated"] - 1
+            counts["phases"] += 1
+            counts["within"] += measured.within_tolerance(predicted[check]["allocated"], peaks["allocated"])
+            if peaks["allocated"] >= 2**30:  # the page's "largest error": peaks of a gigabyte or more
+                worst[kind] = max(worst[kind], abs(error))
+        if ran:
+            counts["ran_runs"] += 1
+            counts["refused"] += said == "does_not_fit"
+            counts["ran_fits"] += said == "fits"
+            counts["ran_borderline"] += said == "borderline"
+        else:
+            counts["oom_runs"] += 1
+            counts["false_fits"] += said == "fits"
+            counts["oom_does_not_fit"] += said == "does_not_fit"
+            counts["oom_borderline"] += said == "borderline"
+        if "expandable_segments:True" in run.alloc_conf:
+            counts["expandable_runs"] += 1
+            counts["expandable_right"] += said == ("fits" if ran else "does_not_fit") or (
+                not ran and said == "borderline"
+            )
+        report(
+            f"GPU {run.name}: {phase} measured {run.phases[phase]['allocated'] / 2**30:.2f} GiB, predicted "
+            f"{predicted[phase]['allocated'] / 2**30:.2f} GiB; {'ran' if ran else 'OOM'}, oomguide: {said}"
+        )
+    for name, value in counts.items():
+        figure(f"gpu_{name}", value, "int")
+    figure("gpu_worst_eager", worst["eager"], "percent", decimals=1)
+    figure("gpu_worst_compiled", worst["compiled"], "percent", decimals=1)
+    figure("gpu_tolerance", measured.TOLERANCE, "percent")
+    figure("gpu_tolerance_floor", measured.TOLERANCE_FLOOR, "gib", decimals=1)
+    figure("gpu_allocated_uncertainty", reserved.ALLOCATED_UNCERTAINTY, "percent", decimals=1)
+    figure("gpu_reserved_uncertainty", reserved.RESERVED_UNCERTAINTY, "percent")
+    figure("gpu_uncertainty_floor", reserved.UNCERTAINTY_FLOOR, "mib", decimals=0)
+    assert counts["false_fits"] == 0 and counts["refused"] == 0, counts
+    for run, predicted, _ in gpu_runs:
+        if run.program != "nanochat":
+            continue
+        key = gpu_key(run)
+        figure(f"{key}_measured", run.phases["train_step"]["allocated"], "gib")
+        figure(f"{key}_predicted", predicted["train_step"]["allocated"], "gib")
+        figure(
+            f"{key}_error",
+            predicted["train_step"]["allocated"] / run.phases["train_step"]["allocated"] - 1,
+            "percent",
+        )
+        report(
+            f"GPU {run.name}: measured {run.phases['train_step']['allocated'] / 2**30:.2f} GiB, predicted "
+            f"{predicted['train_step']['allocated'] / 2**30:.2f} GiB"
+        )
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_gpu_section_has_a_row_per_measured_run(gpu_runs, lang):
+    section = _section(_page(lang), GPU_SECTION)
+    for run, _, _ in gpu_runs:
+        key = gpu_key(run)
+        rows = [
+            line
+            for line in section.splitlines()
+            if line.startswith("|") and f"{{{{ {key}_predicted }}}}" in line
+        ]
+        assert len(rows) == 1, f"docs/{lang}/accuracy.md ({lang}): one row for the measured run {run.name}"
+        assert f"`{run.name}`" in rows[0], f"docs/{lang}/accuracy.md ({lang}): the row of {run.name} names it"
+        if run.program == "nanoGPT":
+            word = PHASE_WORDS[lang][deciding_phase(run)]
+            assert word in rows[0], (
+                f"docs/{lang}/accuracy.md ({lang}): {run.name}'s row shows the phase {word}"
+            )

@@ -424,11 +424,9 @@ def test_expected_result(snippet, figure, runner):
         assert result.fits, f"{phase}: {memory.fmt_bytes(result.peak_bytes)}"
         predicted = SimpleNamespace(**expected["phases"][phase])  # what `oomguide check` says
         figure(f"expected_peak_{phase}", predicted.peak_bytes, "gib")
-        figure(
-            f"expected_max_batch_{phase}",
-            memory.max_batch_size(config, phase, memory.DEFAULT_GPU_MEMORY),
-            "int",
-        )
+        # the largest batch that fits for certain, and with expandable segments: what check says
+        figure(f"expected_max_batch_{phase}", predicted.max_batch_size, "int")
+        figure(f"expected_max_batch_expandable_{phase}", predicted.max_batch_size_expandable_segments, "int")
     runner.scaled_down(config, label="expected result")
 
 

@@ -34,7 +34,7 @@ NANOCHAT_LINE = "nanochat/check-237.sh"  # the nanochat page's line that the not
 LANGS = ("en", "ja", "zh", "de", "fr")
 TITLES = {
     "en": "# Where the memory goes { #where-the-memory-goes }",
-    "ja": "# メモリの行き先 { #where-the-memory-goes }",
+    "ja": "# メモリの内訳 { #where-the-memory-goes }",
     "zh": "# 显存都去哪儿了 { #where-the-memory-goes }",
     "de": "# Wohin der Speicher geht { #where-the-memory-goes }",
     "fr": "# Où passe la mémoire { #where-the-memory-goes }",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -235,10 +236,15 @@ def test_gpt2_xl_model_states_against_a_24gb_card(capsys, message_file):
     assert data["diagnosis"][0] == "model_states_exceed_card"
     assert data["model_states"]["card_bytes"] == 24 * 10**9
     assert data["model_states"]["states_bytes"] > 24 * 10**9
-    assert data["links"][:3] == [  # mkdocs.yml's site_url is local: the pages' files
+    assert data["link_paths"][:3] == [  # the pages' sources (links: their installed files, site_url local)
         "docs/en/eval-oom-12gb.md#smaller-n-embd",
         "docs/en/where-the-memory-goes.ipynb",
         "docs/en/multi-gpu.md#gpt2-xl",  # several cards: FSDP2 shards the model states
+    ]
+    assert data["links"][:3] == [
+        ex.file_link("eval-oom-12gb", "smaller-n-embd", "en"),
+        ex.file_link("where-the-memory-goes", None, "en"),
+        ex.file_link("multi-gpu", "gpt2-xl", "en"),
     ]
     assert not any("reduce-batch-size" in link for link in data["links"])
 
@@ -589,7 +595,7 @@ def test_cli_as_a_subprocess(tmp_path):
     results = {name: (p.communicate(cases[name][1], timeout=120), p.returncode) for name, p in procs.items()}
     (out, err), rc = results.pop("good")
     assert rc == 0, err
-    assert "6.14 GiB" in out and "  docs/en/eval-oom-12gb.md#eval-batch-size\n" in out
+    assert "6.14 GiB" in out and f"\n    {ex.file_link('eval-oom-12gb', 'eval-batch-size', 'en')}\n" in out
     for name, ((out, err), rc) in results.items():
         assert rc == 2, (name, err)
         assert out == ""
@@ -667,7 +673,7 @@ def test_a_message_without_a_request_is_explained(capsys, monkeypatch, message):
     assert rc == 0 and err == ""
     assert "outside PyTorch's caching allocator" in out and "nvidia-smi" in out
     assert "moving tensors to the GPU" in out
-    assert "docs/en/estimate-loss-oom.md#hardware-setup" in out
+    assert f"\n    {ex.file_link('estimate-loss-oom', 'hardware-setup', 'en')}\n" in out
     for lang in ex.LANGS:
         assert gettext_for(lang)(ex.TEXT["h_checks"]) in ex.render(ex.explain(message), lang)
 
@@ -701,14 +707,24 @@ def test_disagreement_names_the_figures_that_explain_it():
     assert data["disagreement"] == d
 
 
-# --- links: the published site's address (mkdocs.yml's site_url), else the page's file --------------
+# --- links: the published site's address (mkdocs.yml's site_url), else the page's installed file --------
 def _link_lines(text: str, lang: str) -> list[str]:
+    """The locations of "Read next" (each below its section's title)."""
     lines = text.splitlines()
     start = lines.index(gettext_for(lang)(ex.TEXT["h_links"])) + 1
-    return [line.strip() for line in lines[start:] if line.startswith("  ")]
+    return [line.strip() for line in lines[start:] if line.startswith("    ")]
 
 
-def test_links_are_the_pages_files_while_site_url_is_local(monkeypatch):
+def _title_lines(text: str, lang: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index(gettext_for(lang)(ex.TEXT["h_links"])) + 1
+    return [line[4:] for line in lines[start:] if line.startswith("  - ")]
+
+
+def test_links_are_the_pages_installed_files_while_site_url_is_local(monkeypatch):
+    """Unpublished, a section is the page's file as the package installs it (here, a checkout: docs/
+    itself) at its heading's line, under its title in the reader's language; never a path that means
+    something only in the repository's root."""
     monkeypatch.delenv(ex.SITE_URL_ENV, raising=False)
     mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     configured = re.search(r"^site_url:\s*(\S+)", mkdocs, re.M).group(1)
@@ -719,14 +735,49 @@ def test_links_are_the_pages_files_while_site_url_is_local(monkeypatch):
         ex.page_path("eval-oom-12gb", "eval-batch-size", "ja") == "docs/ja/eval-oom-12gb.md#eval-batch-size"
     )
     assert ex.page_path("where-the-memory-goes", None, "fr") == "docs/fr/where-the-memory-goes.ipynb"
+    heading = next(
+        n
+        for n, line in enumerate((ROOT / "docs/ja/eval-oom-12gb.md").read_text(encoding="utf-8").splitlines(), 1)
+        if line.endswith("{ #eval-batch-size }")
+    )
+    assert ex.file_link("eval-oom-12gb", "eval-batch-size", "ja") == f"{ROOT}/docs/ja/eval-oom-12gb.md:{heading}"
+    assert ex.file_link("where-the-memory-goes", None, "fr") == f"{ROOT}/docs/fr/where-the-memory-goes.ipynb"
+    assert ex.section_title("beyond", "chunked-loss", "de") == "Jenseits der üblichen Lösungen › Cross-Entropy in Chunks"
+    assert ex.section_title("where-the-memory-goes", None, "ja") == "メモリの行き先"
     result = ex.explain(traceback(msg_6_14()))
     for lang in ex.LANGS:
-        printed = _link_lines(ex.render(result, lang), lang)
-        assert printed == [ex.page_path(p, a, lang) for p, a in result.sections]
-        assert "docs/" + lang + "/eval-oom-12gb.md#eval-batch-size" in printed
-        assert result.to_json(lang)["links"] == printed == result.to_json(lang)["link_paths"]
-        for path in printed:
-            assert (ROOT / path.partition("#")[0]).is_file(), path
+        text = ex.render(result, lang)
+        printed = _link_lines(text, lang)
+        assert printed == [ex.section_link(p, a, lang) for p, a in result.sections]
+        assert _title_lines(text, lang) == [ex.section_title(p, a, lang) for p, a in result.sections]
+        assert result.to_json(lang)["links"] == printed
+        assert result.to_json(lang)["titles"] == _title_lines(text, lang)
+        for (page, anchor), where in zip(result.sections, printed):
+            path, _, line = where.rpartition(":")
+            assert Path(path).is_absolute() and Path(path).is_file(), where
+            assert Path(path) == ROOT / "docs" / lang / f"{page}.md"
+            assert Path(path).read_text(encoding="utf-8").splitlines()[int(line) - 1].endswith(f"{{ #{anchor} }}")
+
+
+def test_read_next_opens_from_outside_the_repository(tmp_path):
+    """`oomguide explain` run in a folder that is not the repository (a nanoGPT checkout, a home folder):
+    every location it prints opens there and is the section its title names."""
+    from test_install import open_read_next
+
+    (tmp_path / "oom.txt").write_text(traceback(msg_6_14()), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != ex.SITE_URL_ENV}
+    for lang in ("en", "zh"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "oomguide", "explain", "oom.txt", "--lang", lang],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        opened = open_read_next(proc.stdout, lang)
+        assert len(opened) >= 3, proc.stdout
 
 
 @pytest.mark.parametrize(
@@ -758,6 +809,7 @@ def test_links_go_to_the_published_site_in_each_language(monkeypatch, tmp_path):
         printed = _link_lines(ex.render(result, lang), lang)
         assert printed == [ex.section_link(p, a, lang) for p, a in result.sections]
         assert f"{prefix}eval-oom-12gb/#eval-batch-size" in printed  # one link a line, nothing beside it
+        assert _title_lines(ex.render(result, lang), lang) == [ex.section_title(p, a, lang) for p, a in result.sections]
         assert all(link.startswith(prefix) and "/#" in link for link in printed)
         assert result.to_json(lang)["links"] == printed
     assert (

@@ -145,10 +145,12 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     shutil.copytree(
         ROOT / "src",
         tree / "src",
-        symlinks=True,  # explain/site.yml stays the repository's link to mkdocs.yml
+        symlinks=True,  # explain/site.yml and guide stay the repository's links to mkdocs.yml and docs/
         ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
     )
+    shutil.copytree(ROOT / "docs", tree / "docs")
     assert (tree / "src/oomguide/explain/site.yml").resolve() == (tree / "mkdocs.yml").resolve()
+    assert (tree / "src/oomguide/guide").resolve() == (tree / "docs").resolve()
     dist = tmp_path / "dist"
     pip = [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check"]
     built = _run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(tree)])
@@ -161,6 +163,12 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
         f"oomguide/{p.relative_to(package).as_posix()}"
         for p in package.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    }
+    # and the guide's pages, which explain's "Read next" opens while the site is not published
+    wanted |= {
+        f"oomguide/guide/{p.relative_to(ROOT / 'docs').as_posix()}"
+        for p in (ROOT / "docs").glob("*/*")
+        if p.suffix in (".md", ".ipynb")
     }
     with zipfile.ZipFile(wheel) as zf:
         missing = sorted(wanted - set(zf.namelist()))
@@ -197,9 +205,20 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     oomguide = str(venv / "bin" / "oomguide")
     explained = _run([oomguide, "explain", "oom.txt", "--lang", "ja"], cwd=work, env=env)
     assert explained.returncode == 0, explained.stdout + explained.stderr
-    assert f"\n  {PUBLISHED}ja/estimate-loss-oom/#reduce-batch-size\n" in explained.stdout
+    assert f"\n    {PUBLISHED}ja/estimate-loss-oom/#reduce-batch-size\n" in explained.stdout
     assert "docs/" not in explained.stdout and "127.0.0.1" not in explained.stdout
     assert "6.14 GiB" in explained.stdout and "診断" in explained.stdout  # the Japanese words are there
+    assert "\n  - 最初の estimate_loss() で CUDA メモリ不足になる › 1. バッチサイズを減らす\n" in explained.stdout
+
+    # the site not published (site_url on this machine, as the repository ships it): each section is the
+    # page's own copy in the installed package, at its heading's line; open each and find the section
+    site_yml = Path(where.stdout.strip()).parent / "explain" / "site.yml"
+    site_yml.write_text("site_url: http://127.0.0.1:8000/\n", encoding="utf-8")
+    for lang in ("en", "de"):
+        local = _run([oomguide, "explain", "oom.txt", "--lang", lang], cwd=work, env=env)
+        assert local.returncode == 0, local.stdout + local.stderr
+        opened = open_read_next(local.stdout, lang)
+        assert opened and all(Path(path).is_relative_to(venv) for path, _, _ in opened), opened
 
     check = [oomguide, "check", "--no-search", "--json"] + [f"--set={s}" for s in TINY]
     checked = _run(check, cwd=work, env=env)
@@ -211,6 +230,28 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
         f"pip install . into a fresh venv: build + install {install_seconds:.0f} s, "
         f"total with explain and check {time.perf_counter() - start:.0f} s"
     )
+
+
+def open_read_next(output: str, lang: str) -> list[tuple[str, int, str]]:
+    """Open every location explain's "Read next" prints (``path:line`` of a page file): the file exists
+    and its line is the heading of the section whose title is printed above it. (path, line, title)."""
+    from oomguide.explain import TEXT
+    from oomguide.i18n import gettext_for
+
+    lines = output.splitlines()
+    rest = lines[lines.index(gettext_for(lang)(TEXT["h_links"])) + 1 :]
+    opened = []
+    for title_line, where in zip(rest[::2], rest[1::2]):
+        assert title_line.startswith("  - ") and where.startswith("    "), (title_line, where)
+        path, _, line = where.strip().rpartition(":")
+        assert Path(path).is_absolute() and Path(path).is_file(), f"{where.strip()} does not open"
+        heading = Path(path).read_text(encoding="utf-8").splitlines()[int(line) - 1]
+        section = title_line[4:].rpartition(" › ")[2]
+        assert heading.startswith("#") and "{ #" in heading, f"{where.strip()}: not a heading: {heading}"
+        assert section.replace(" ", "") in heading.replace("`", "").replace(" ", ""), (section, heading)
+        assert f"/{lang}/" in path
+        opened.append((path, int(line), section))
+    return opened
 
 
 def test_checkpoint_hook_is_the_one_this_torch_calls(monkeypatch):

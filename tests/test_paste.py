@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from oomguide import paste
+from oomguide import messages, paste
 from oomguide.explain import browser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,12 +82,16 @@ def test_links_are_relative_and_in_the_readers_language():
     text = (ROOT / "tests" / "golden" / "messages" / "fragmentation.txt").read_text(encoding="utf-8")
     out = json.loads(browser.answer(text, "de", "../.."))
     assert out["links"] and all(link.startswith("../../de/") for link in out["links"])
-    assert [line.strip() for line in out["text"].splitlines() if line.startswith("  ../")] == out["links"]
+    assert [line.strip() for line in out["text"].splitlines() if line.startswith("    ../")] == out["links"]
+    # each under its section's title in the page's language (the bundle carries the pages' headings)
+    titles = [line[4:] for line in out["text"].splitlines() if line.startswith("  - ") and " › " in line]
+    assert len(titles) == len([link for link in out["links"] if "#" in link]), titles
     assert "127.0.0.1" not in out["text"] and "docs/" not in out["text"]  # the site's pages, not files
 
 
 def test_unreadable_input_is_the_clis_error_line(monkeypatch, capsys):
-    """The box's line for input it cannot read is the CLI's, in the page's language."""
+    """The box's line for input it cannot read is the CLI's, in the page's language, naming the
+    pasted text where the CLI names stdin (issue 31: a reader who pasted has no stdin)."""
     import io
     import sys
 
@@ -97,7 +101,10 @@ def test_unreadable_input_is_the_clis_error_line(monkeypatch, capsys):
         monkeypatch.setattr(sys, "stdin", io.StringIO("hello"))
         assert main(["explain", "-", "--lang", lang]) == 2
         cli = capsys.readouterr().err.strip()
-        assert json.loads(browser.answer("hello", lang, "..")) == {"error": cli}
+        box = json.loads(browser.answer("hello", lang, ".."))["error"]
+        said = "no CUDA out-of-memory message ('Tried to allocate …') in "
+        stdin, pasted = (messages.translate(said + where, lang) for where in ("stdin", "the pasted text"))
+        assert cli.endswith(stdin) and box == cli[: -len(stdin)] + pasted, (cli, box)
         if lang == "ja":
             assert cli.startswith("oomguide explain：エラー："), cli  # not the English line
 

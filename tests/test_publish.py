@@ -99,7 +99,10 @@ def test_readme_shows_the_links_explain_prints(monkeypatch):
     text = readme_section("Publish the site")
     monkeypatch.delenv(links.SITE_URL_ENV, raising=False)
     assert links.published_url() is None, "mkdocs.yml is set for publishing: the README says it ships local"
-    assert f"`{links.section_link('eval-oom-12gb', 'eval-batch-size', 'ja')}`" in text
+    local = links.section_link("eval-oom-12gb", "eval-batch-size", "ja")  # the installed page, its line
+    assert local == links.file_link("eval-oom-12gb", "eval-batch-size", "ja") and Path(local.rpartition(":")[0]).is_file()
+    assert f"/oomguide/guide/ja/{Path(local).name}`" in text, f"the README's example is not {Path(local).name}"
+    assert f"`{links.section_title('eval-oom-12gb', 'eval-batch-size', 'ja')}`" in text
     shipped = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)[1]
     assert f"The repository ships `{shipped}`" in text
     example = re.search(r"`site_url: (https://\S+)`", text)[1]

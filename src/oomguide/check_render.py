@@ -12,7 +12,9 @@ a translation: a new sentence goes into ``TEXT`` and the catalogs (``python -m o
 
 from __future__ import annotations
 
-from . import figures, units
+import functools
+
+from . import figures
 from .i18n import N_, gettext_for
 from .messages import translate
 
@@ -67,6 +69,8 @@ TEXT: dict[str, str] = {
         "the prediction follows this PyTorch's code but was never checked on it"
     ),
     "note": N_("note: {note}"),
+    # TRANSLATORS: above the sections of the guide that the notes name, as explain's answer ends
+    "read_next": N_("Read next"),
     # each phase
     "estimate_loss_first": N_("first estimate_loss() (iteration 0: weights only, no optimizer state yet)"),
     "estimate_loss_first_resume": N_(
@@ -87,6 +91,31 @@ TEXT: dict[str, str] = {
     "phase_fails_reserved": N_(
         "{phase}: predicted peak {peak} allocated, {reserved} reserved -> DOES NOT FIT "
         "(attention: {attention})"
+    ),
+    "phase_borderline_reserved": N_(
+        "{phase}: predicted peak {peak} allocated, {reserved} reserved -> BORDERLINE "
+        "(attention: {attention})"
+    ),
+    # TRANSLATORS: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True stays as it is (it is typed)
+    "borderline": N_(
+        "borderline: within the measured uncertainty of the predictions, {usable} is not enough "
+        "to be sure: whether it runs depends on how the caching allocator's segments are split "
+        "up by then"
+    ),
+    "borderline_expandable_fits": N_(
+        "with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the allocator grows one segment "
+        "instead of splitting many): fits"
+    ),
+    "borderline_expandable_borderline": N_(
+        "with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: still borderline; a smaller "
+        "batch_size is the sure fix"
+    ),
+    "borderline_expandable_fails": N_(
+        "with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: does not fit either"
+    ),
+    "replay_fails_at": N_(
+        "the allocator's replay fails at: Tried to allocate {size} ({op}), with {allocated} "
+        "already allocated"
     ),
     "attention_none": N_("none"),
     "largest": N_("largest allocation: {size} ({op})"),
@@ -112,6 +141,7 @@ TEXT: dict[str, str] = {
     "part_logits_and_loss": N_("logits and loss"),
     "part_ddp_buckets": N_("ddp buckets"),
     "part_checkpoint": N_("checkpoint"),
+    "part_workspaces": N_("cuBLAS workspaces"),
     # where in a phase the peak and the failure come
     "peak_moment": N_("the peak comes in {moment}"),
     "failing_moment": N_("it fails in {moment}"),
@@ -142,12 +172,19 @@ TEXT: dict[str, str] = {
     "max_batch_note": N_("largest batch_size: {note}"),
     "max_batch": N_("largest batch_size that fits: {n}"),
     "max_batch_none": N_("not even batch_size=1 fits"),
+    "max_batch_expandable": N_(
+        "largest batch_size that fits with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: {n}"
+    ),
     # the closing line: how the figures were made
-    "how_compiled": N_("torch.compile modelled by its fused loss and casts"),
+    "how_compiled": N_(
+        "torch.compile modelled by rules, checked against compiled runs on a GPU: the fused loss and "
+        "casts, and the zero gradient autograd gives the compiled graph's logits output"
+    ),
     "how_eager": N_("the model run eagerly"),
     "footer": N_(
         "(predicted on fake tensors with CUDA's autocast, attention kernel and caching allocator; "
-        "{how}; a phase fits when its reserved memory does; kernel workspaces are not modelled)"
+        "{how}; a phase fits when its reserved memory does with the margin of the measured "
+        "uncertainty, and is borderline within it; cuBLAS's workspaces modelled, other kernels' not)"
     ),
     "footer_per_rank": N_(
         "(predicted per rank on fake tensors with CUDA's autocast and attention kernel; {how}; a "
@@ -157,6 +194,29 @@ TEXT: dict[str, str] = {
     # the list separator between the parts of a line
     "list_sep": N_(", "),
 }
+
+
+_UNDER = {"fits": "fits", "borderline": "borderline", "does_not_fit": "fails"}
+
+
+def borderline_lines(r: dict, usable: int, say) -> list[str]:
+    """What a borderline phase (``r``, a phase of the verdict's dict) adds: why, the verdict with
+    expandable segments, and where the allocator's replay fails if it does (``say``: ``words(lang)``)."""
+    fmt = units.fmt_bytes
+    lines = [say("borderline", usable=fmt(usable))]
+    under = r.get("verdict_with_expandable_segments")
+    if under:
+        lines.append(say(f"borderline_expandable_{_UNDER[under]}"))
+    if r.get("failing_allocation_bytes") is not None:
+        lines.append(
+            say(
+                "replay_fails_at",
+                size=fmt(r["failing_allocation_bytes"]),
+                op=r["failing_allocation"],
+                allocated=fmt(r["allocated_at_failure_bytes"]),
+            )
+        )
+    return lines
 
 
 def _int(n: int, lang: str) -> str:
@@ -187,6 +247,13 @@ def usage_error_line(message: str, lang: str) -> str:
     return words(lang)("usage_error", message=translate(message, lang))
 
 
+def phase_title(name: str, lang: str, resumed: bool = False) -> str:
+    """A phase (a key of ``memory.CHECKS``) as check's answer and the pages name it, in `lang`: "first
+    estimate_loss() (iteration 0: ...)", never the internal name; explain's prediction says the same."""
+    key = "estimate_loss_first_resume" if name == "estimate_loss_first" and resumed else name
+    return words(lang)(key) if key in TEXT else name
+
+
 def progress_line(phase: str, done: int, lang: str) -> str:
     bar = "#" * min(done, 20)
     return words(lang)("progress", phase=phase, bar=f"{bar:<20}", done=done)
@@ -196,7 +263,7 @@ def render(out: dict, config, lang: str = "en") -> str:
     """check's answer (``verdict.verdict``'s dict, and the settings it ran with) as lines of text."""
     say = words(lang)
     sep = say("list_sep")
-    fmt = units.fmt_bytes
+    fmt = functools.partial(figures.format_bytes, lang=lang)  # computed: the language's numbers
     several = out.get("world_size", 1) > 1
     lines = []
     key = ("card_assumed" if out["compute_capability_assumed"] else "card") + ("_per_gpu" if several else "")
@@ -283,18 +350,16 @@ def render(out: dict, config, lang: str = "en") -> str:
     )
     lines += [say("note", note=translate(note, lang)) for note in out["warnings"]]
     for name, r in out["phases"].items():
-        title = (
-            "estimate_loss_first_resume"
-            if name == "estimate_loss_first" and config.init_from == "resume"
-            else name
-        )
         reserved = r.get("reserved_bytes")
+        borderline = r.get("verdict") == "borderline"
         key = ("phase_fits" if r["fits"] else "phase_fails") + ("_reserved" if reserved is not None else "")
+        if borderline and reserved is not None:
+            key = "phase_borderline_reserved"
         lines.append("")
         lines.append(
             say(
                 key,
-                phase=say(title),
+                phase=phase_title(name, lang, resumed=config.init_from == "resume"),
                 peak=fmt(r["peak_bytes"]),
                 reserved=fmt(reserved) if reserved is not None else "",
                 attention=r.get("attention") or say("attention_none"),
@@ -303,7 +368,9 @@ def render(out: dict, config, lang: str = "en") -> str:
         lines.append(
             "  " + say("largest", size=fmt(r["largest_allocation_bytes"]), op=r["largest_allocation"])
         )
-        if not r["fits"]:
+        if borderline:
+            lines += ["  " + line for line in borderline_lines(r, out["usable_bytes"], say)]
+        elif not r["fits"] and r.get("failing_allocation_bytes") is not None:
             at_reserved = r.get("reserved_at_failure_bytes")
             key = "fail_at" + ("_forward" if r.get("failing_forward") else "")
             key += "_reserved" if at_reserved is not None else ""
@@ -343,7 +410,14 @@ def render(out: dict, config, lang: str = "en") -> str:
         elif "max_batch_size" in r:
             mbs = r["max_batch_size"]
             lines.append("  " + (say("max_batch", n=mbs) if mbs else say("max_batch_none")))
+            if r.get("max_batch_size_expandable_segments") is not None:
+                lines.append("  " + say("max_batch_expandable", n=r["max_batch_size_expandable_segments"]))
     how = say("how_compiled" if out["compiled"] else "how_eager")
     lines.append("")
     lines.append(say("footer_per_rank" if several else "footer", how=how))
+    from .explain import links  # (explain's render imports this module)
+
+    sections = links.sections_named(out["warnings"])
+    if sections:  # the sections the notes name (page.md#anchor), as explain's "Read next" gives them
+        lines += ["", say("read_next"), *links.read_next(sections, lang)]
     return "\n".join(lines)

@@ -12,7 +12,8 @@ import os
 import re
 import sys
 
-from .i18n import LANGS, default_lang
+from . import units
+from .i18n import LANGS, N_, default_lang, gettext_for
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -21,13 +22,76 @@ class BadInput(Exception):
     """Input the CLI cannot work with; its message is the one line the user sees."""
 
 
+# TRANSLATORS: argparse's own words in --help (Python's argparse.py): the usage line's label, the
+# titles of the two lists of arguments, and what -h does
+USAGE = N_("usage: ")
+POSITIONALS = N_("positional arguments")
+OPTIONS = N_("options")
+HELP = N_("show this help message and exit")
+# TRANSLATORS: a title of --help's lists ("options:"), with the colon the language writes
+HEADING = N_("{title}:")
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help layout, with its usage label in the parser's language."""
+
+    lang = "en"
+
+    def add_usage(self, usage, actions, groups, prefix=None):
+        prefix = gettext_for(self.lang, "check")(USAGE) if prefix is None else prefix
+        super().add_usage(usage, actions, groups, prefix)
+
+
+UNRECOGNIZED = "unrecognized arguments: "  # argparse's words (ArgumentParser.parse_args)
+
+
+def _as_set(words: list[str]) -> list[str]:
+    """train.py's ``--key=value`` (or ``--key value``) among words argparse did not recognise, as the
+    ``--set key=value`` check and explain take: ``["batch_size=8"]``."""
+    settings = []
+    for i, word in enumerate(words):
+        m = re.fullmatch(r"--([A-Za-z_]\w*)(?:=(.*))?", word)
+        if not m or ("-" in m.group(1)):
+            continue
+        value = m.group(2)
+        if value is None and i + 1 < len(words) and not words[i + 1].startswith("--"):
+            value = words[i + 1]
+        if value is not None:
+            settings.append(f"{m.group(1)}={value}")
+    return settings
+
+
 class _Parser(argparse.ArgumentParser):
+    """argparse, speaking `lang` (--help and the error line); bad input ends in one line, exit 2."""
+
+    def __init__(self, *args, lang: str | None = None, **kwargs):
+        self.lang = lang or default_lang()
+        _ = gettext_for(self.lang, "check")
+        formatter = type("Formatter", (_Formatter,), {"lang": self.lang})
+        kwargs.setdefault("allow_abbrev", False)  # "--gpu" is never "--gpu-memory" (nor any prefix another)
+        super().__init__(*args, add_help=False, formatter_class=formatter, **kwargs)
+        self._positionals.title = _(POSITIONALS)
+        self._optionals.title = _(OPTIONS)
+        self.add_argument("-h", "--help", action="help", default=argparse.SUPPRESS, help=_(HELP))
+
+    def format_help(self):  # argparse writes "title:" itself: the language's colon instead
+        _ = gettext_for(self.lang, "check")
+        text = super().format_help()
+        for group in self._action_groups:
+            if group.title:
+                text = text.replace(f"\n{group.title}:\n", f"\n{_(HEADING).format(title=group.title)}\n")
+        return text
+
+
     def error(self, message):  # argparse's own errors: one line, exit 2
         from .check_render import usage_error_line
 
-        self.exit(
-            EXIT_BAD_INPUT, usage_error_line(message, getattr(self, "lang", None) or default_lang()) + "\n"
-        )
+        if message.startswith(UNRECOGNIZED):
+            settings = _as_set(message[len(UNRECOGNIZED) :].split(" "))
+            if settings:  # train.py's spelling of a setting: name the one check and explain take
+                message += f" (a setting is given as {' '.join('--set ' + s for s in settings)})"
+                # (messages.py words the whole line in the reader's language)
+        self.exit(EXIT_BAD_INPUT, usage_error_line(message, self.lang) + "\n")
 
     def parse_known_args(self, args=None, namespace=None):
         # argparse reads "-3GiB" as an option (its _negative_number_matcher takes only "-3" or
@@ -36,7 +100,7 @@ class _Parser(argparse.ArgumentParser):
         # (as --gpu-memory=-3GiB), and its type then says what is wrong with it. Subcommands pass
         # through here too (_SubParsersAction.__call__ calls subparser.parse_known_args).
         args = list(sys.argv[1:] if args is None else args)
-        self.lang = _lang_in(args)  # for error(): the language the command line asks for
+        self.lang = _lang_in(args) or self.lang  # for error(): the language the command line asks for
         for i in range(len(args) - 2, -1, -1):
             action = self._option_string_actions.get(args[i])
             if action is not None and action.nargs is None and re.match(r"-\.?[0-9]", args[i + 1]):
@@ -55,13 +119,15 @@ def _lang_in(words: list[str]) -> str | None:
     return None
 
 
-def add_lang(parser) -> None:
-    """--lang, for check and explain: the language of the output and of the error lines."""
+def add_lang(parser, _) -> None:
+    """--lang, for check: the language of the output and of the error lines."""
     parser.add_argument(
         "--lang",
         choices=LANGS,
         default=default_lang(),
-        help="language of the output and of error lines (default: from LC_ALL, LC_MESSAGES or LANG, else en)",
+        help=_(
+            "language of the output and of error lines (default: from LC_ALL, LC_MESSAGES or LANG, else en)"
+        ),
     )
 
 
@@ -77,144 +143,220 @@ def _card_option(read):
     return convert
 
 
-def _new_parser():
-    parser = _Parser(prog="oomguide", description="CUDA out-of-memory in nanoGPT: predict it, explain it.")
+def add_card_arguments(parser, gpu_memory_default, gpu_memory_help: str, lang: str) -> None:
+    """--gpu-memory, --gpu and --capability: the card, for check and explain alike (one reader of each:
+    ``units.card_memory``, ``memory.gpus``; explain imports the engine only when --capability is given);
+    their --help in `lang`."""
+    _ = gettext_for(lang, "check")
+
+    def capability(text: str):
+        from .memory import gpus
+
+        return gpus.parse_capability(text)
+
+    parser.add_argument(
+        "--gpu-memory",
+        type=_card_option(units.card_memory),
+        default=gpu_memory_default,
+        metavar="SIZE",
+        help=_(gpu_memory_help),
+    )
+    parser.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help=_(
+            'the card by name ("RTX 4070", "RTX 4060 Ti 8GB", T4, A100-40GB, ...): its memory and compute '
+            "capability, which picks CUDA's attention kernel; overrides --gpu-memory"
+        ),
+    )
+    parser.add_argument(
+        "--capability",
+        type=_card_option(capability),
+        metavar="X.Y",
+        help=_(
+            "the compute capability of a card given by --gpu-memory, e.g. 7.5 for a T4 or 6.0 for a P100 "
+            "(it picks CUDA's attention kernel; default: 8.6 assumed, as the output says)"
+        ),
+    )
+
+
+def resolve_card(args):
+    """The card that --gpu, --gpu-memory and --capability name (``memory.gpus.resolve_card``)."""
+    from .memory import gpus
+
+    return gpus.resolve_card(args.gpu, args.gpu_memory, args.capability)
+
+
+def _new_parser(lang: str):
+    _ = gettext_for(lang, "check")
+    parser = _Parser(
+        prog="oomguide", lang=lang, description=_("CUDA out-of-memory in nanoGPT: predict it, explain it.")
+    )
     return parser, parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(lang: str | None = None) -> argparse.ArgumentParser:
+    """Both commands' arguments, their --help in `lang` (default: the locale's language)."""
     from . import memory  # check's phases (the engine: torch); explain alone needs it not (_explain_parser)
-    from .memory import gpus
 
-    parser, sub = _new_parser()
+    lang = lang or default_lang()
+    _ = gettext_for(lang, "check")
+    parser, sub = _new_parser(lang)
 
     check = sub.add_parser(
         "check",
-        help="predict each phase's peak GPU memory for a nanoGPT config, no GPU needed",
-        description="Predict the peak CUDA memory of nanoGPT's train step and estimate_loss for "
-        "a config, whether each fits the card, and the largest batch_size that does.",
+        lang=lang,
+        help=_("predict each phase's peak GPU memory for a nanoGPT config, no GPU needed"),
+        description=_(
+            "Predict the peak CUDA memory of nanoGPT's train step and estimate_loss for "
+            "a config, whether each fits the card, and the largest batch_size that does."
+        ),
     )
     check.add_argument(
         "configs",
         nargs="*",
         metavar="CONFIG",
-        help="nanoGPT config files (config/train_*.py), applied in order",
+        help=_("nanoGPT config files (config/train_*.py), applied in order"),
     )
     check.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a setting, like train.py's --key=value (repeatable)",
+        help=_("override a setting, like train.py's --key=value (repeatable)"),
     )
     check.add_argument(
         "--nanogpt",
         metavar="PATH",
-        help="your nanoGPT checkout (default: the one the config or the working directory is in): its "
-        "train.py and model.py decide what runs",
+        help=_(
+            "your nanoGPT checkout (default: the one the config or the working directory is in): its "
+            "train.py and model.py decide what runs"
+        ),
     )
     check.add_argument(
         "--nanochat",
         metavar="PATH",
-        help="your nanochat checkout: predict the nanochat command line given after -- (a line of "
-        "runs/speedrun.sh or runs/runcpu.sh) with nanochat's own model and optimizer code",
+        help=_(
+            "your nanochat checkout: predict the nanochat command line given after -- (a line of "
+            "runs/speedrun.sh or runs/runcpu.sh) with nanochat's own model and optimizer code"
+        ),
     )
     check.add_argument(
         "--from-base",
         metavar="LINE",
-        help="with --nanochat: the base_train command line whose checkpoint the script loads (default: "
-        "the checkpoint's meta file in $NANOCHAT_BASE_DIR, else base_train's defaults)",
+        help=_(
+            "with --nanochat: the base_train command line whose checkpoint the script loads (default: "
+            "the checkpoint's meta file in $NANOCHAT_BASE_DIR, else base_train's defaults)"
+        ),
     )
     check.add_argument(
         "--tokenizer",
         metavar="LINE",
-        help="with --nanochat: the tok_train command line that trained the tokenizer, for its --vocab-size "
-        "(default: tok_train.py's default)",
-    )
-    check.add_argument("--model", metavar="PATH", help="a nanoGPT model.py to run instead of the checkout's")
-    check.add_argument(
-        "--gpu-memory",
-        type=_card_option(gpus.card_memory),
-        default=memory.DEFAULT_GPU_MEMORY,
-        metavar="SIZE",
-        help="the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
-        "units GiB, GB, MiB, MB",
+        help=_(
+            "with --nanochat: the tok_train command line that trained the tokenizer, for its --vocab-size "
+            "(default: tok_train.py's default)"
+        ),
     )
     check.add_argument(
-        "--gpu",
-        metavar="NAME",
-        help='the card by name ("RTX 4070", "RTX 4060 Ti 8GB", T4, A100-40GB, ...): its memory and compute '
-        "capability, which picks CUDA's attention kernel; overrides --gpu-memory",
+        "--model", metavar="PATH", help=_("a nanoGPT model.py to run instead of the checkout's")
     )
-    check.add_argument(
-        "--capability",
-        type=_card_option(gpus.parse_capability),
-        metavar="X.Y",
-        help="the compute capability of a card given by --gpu-memory, e.g. 7.5 for a T4 or 6.0 for a P100 "
-        "(it picks CUDA's attention kernel; default: 8.6 assumed, as the output says)",
+    add_card_arguments(
+        check,
+        memory.DEFAULT_GPU_MEMORY,
+        N_(
+            "the card's total memory as PyTorch reports it (default 11.69GiB, a 12 GB card); "
+            "units GiB, GB, MiB, MB"
+        ),
+        lang,
     )
     check.add_argument(
         "--alloc-conf",
         metavar="SETTING",
-        help="the caching allocator's setting, as PYTORCH_CUDA_ALLOC_CONF (default: that variable, "
-        "as PyTorch reads it), e.g. expandable_segments:True",
+        help=_(
+            "the caching allocator's setting, as PYTORCH_CUDA_ALLOC_CONF (default: that variable, "
+            "as PyTorch reads it), e.g. expandable_segments:True"
+        ),
     )
     check.add_argument(
         "--nproc-per-node",
         type=int,
         default=1,
         metavar="N",
-        help="processes (GPUs) that train together, as torchrun's --nproc_per_node; the figures are per rank",
+        help=_(
+            "processes (GPUs) that train together, as torchrun's --nproc_per_node; the figures are per rank"
+        ),
     )
     check.add_argument(
         "--strategy",
         metavar="ddp|fsdp",
-        help="how the processes share the work: ddp (nanoGPT's train.py, the default with N > 1) "
-        "or fsdp (FSDP2's fully_shard on each Block and the model)",
+        help=_(
+            "how the processes share the work: ddp (nanoGPT's train.py, the default with N > 1) "
+            "or fsdp (FSDP2's fully_shard on each Block and the model)"
+        ),
     )
     check.add_argument(
         "--gradient-as-bucket-view",
         action="store_true",
-        help="DDP built with gradient_as_bucket_view=True: gradients are views into its buckets",
+        help=_("DDP built with gradient_as_bucket_view=True: gradients are views into its buckets"),
     )
     check.add_argument(
         "--phase",
         choices=list(memory.CHECKS),
         action="append",
-        help="only this phase (repeatable): resuming from a checkpoint, the first estimate_loss() at "
-        "iteration 0, the first step (AdamW's state created), a train step, a later estimate_loss(), "
-        "or sample.py (with --sample)",
+        help=_(
+            "only this phase (repeatable): resuming from a checkpoint, the first estimate_loss() at "
+            "iteration 0, the first step (AdamW's state created), a train step, a later estimate_loss(), "
+            "or sample.py (with --sample)"
+        ),
     )
     check.add_argument(
         "--sample",
         action="store_true",
-        help="predict sample.py instead of train.py: CONFIG files and --set take sample.py's keys "
-        "(num_samples, max_new_tokens, start, init_from, out_dir, dtype, compile, ...)",
+        help=_(
+            "predict sample.py instead of train.py: CONFIG files and --set take sample.py's keys "
+            "(num_samples, max_new_tokens, start, init_from, out_dir, dtype, compile, ...)"
+        ),
     )
-    check.add_argument("--no-search", action="store_true", help="skip the search for the largest batch_size")
-    check.add_argument("--json", action="store_true", help="print one JSON object")
-    add_lang(check)
-    _add_explain(sub)
+    check.add_argument(
+        "--no-search", action="store_true", help=_("skip the search for the largest batch_size")
+    )
+    check.add_argument("--json", action="store_true", help=_("print one JSON object"))
+    add_lang(check, _)
+    _add_explain(sub, lang)
     return parser
 
 
-def _add_explain(sub) -> None:
+def _add_explain(sub, lang: str) -> None:
     from .explain import command as explain_command  # explain's arguments live with explain
 
+    _ = gettext_for(lang, "check")
     explain = sub.add_parser(
         "explain",
-        help="explain a PyTorch OOM message (or a whole traceback)",
-        description="Read a CUDA out-of-memory message and say which tensor it was, why it "
-        "failed, and which section of the guide to read.",
+        lang=lang,
+        help=_("explain a PyTorch OOM message (or a whole traceback)"),
+        description=_(
+            "Read a CUDA out-of-memory message and say which tensor it was, why it "
+            "failed, and which section of the guide to read."
+        ),
     )
-    explain_command.add_arguments(explain)
+    explain_command.add_arguments(explain, lang)
+    add_card_arguments(
+        explain,
+        None,
+        N_(
+            "the card to compare with and predict for (default: the total capacity in the message); "
+            "units GiB, GB, MiB, MB"
+        ),
+        lang,
+    )
 
 
-def _explain_parser() -> argparse.ArgumentParser:
+def _explain_parser(lang: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``oomguide explain`` alone: reading a message imports no torch, and check's
     arguments would (build_parser)."""
-    parser, sub = _new_parser()
-    _add_explain(sub)
+    lang = lang or default_lang()
+    parser, sub = _new_parser(lang)
+    _add_explain(sub, lang)
     return parser
 
 
@@ -324,16 +466,25 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = _explain_parser() if words[:1] == ["explain"] else build_parser()
+    lang = _lang_in(words) or default_lang()  # --help and argparse's errors speak it too
+    parser = _explain_parser(lang) if words[:1] == ["explain"] else build_parser(lang)
     command = None
-    if words[:1] == ["check"] and any(w == "--nanochat" or w.startswith("--nanochat=") for w in words) and "--" in words:
+    if (
+        words[:1] == ["check"]
+        and any(w == "--nanochat" or w.startswith("--nanochat=") for w in words)
+        and "--" in words
+    ):
         # the nanochat command after the first --, with its own options and --, as the reader typed it
         at = words.index("--")
         words, command = words[:at], words[at + 1 :]
     args = parser.parse_args(words)
     args.nanochat_command = command
     args.program = argv is None
-    if args.program and not getattr(args, "nanochat", None) and (args.command == "check" or args.configs or args.set):
+    if (
+        args.program
+        and not getattr(args, "nanochat", None)
+        and (args.command == "check" or args.configs or args.set)
+    ):
         # (nanochat's optim.py calls torch.compile at import: it needs all of TorchDynamo)
         # the program itself (not a call from Python) with a prediction ahead: TorchDynamo only if needed
         from .memory import light_dynamo

@@ -230,7 +230,7 @@ def _set(values: dict, key: str, value, where: str, defaults: dict | None = None
     defaults = DEFAULTS if defaults is None else defaults
     if key not in defaults:
         warnings.warn(
-            f"{where}: {key!r} is not a nanoGPT train.py setting; oomguide ignores it", stacklevel=3
+            f"{where}: {key} is not a nanoGPT train.py setting; oomguide ignores it", stacklevel=3
         )
         values[key] = value
         return

@@ -23,12 +23,17 @@ LANGS = ("en", "ja", "zh", "de", "fr")
 # {{ key }} or {{ page.key }}; keys are [a-z0-9_], pages are file stems.
 PLACEHOLDER = re.compile(r"\{\{\s*(?:(?P<page>[a-z0-9][a-z0-9-]*)\.)?(?P<key>[a-z0-9_]+)\s*\}\}")
 
-UNITS = ("gib", "mib", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark")
+UNITS = ("gib", "mib", "kib", "gb", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark", "verdict")
+# oomguide's verdict in a table, the same in every language (the page's legend says which is which):
+# 2 fits, 1 borderline, 0 does not fit
+VERDICT_SIGNS = ("\u2717", "\u2248", "\u2713")
 
 _BYTE_UNITS = {
     # unit -> (divisor, symbol per language)
     "gib": (1024**3, {"fr": "Gio"}, "GiB"),
     "mib": (1024**2, {"fr": "Mio"}, "MiB"),
+    "kib": (1024, {"fr": "Kio"}, "KiB"),
+    "gb": (1000**3, {"fr": "Go"}, "GB"),
 }
 
 
@@ -51,11 +56,13 @@ def save(store: dict, path: Path = STORE) -> None:
 # CLDR through Babel (``babel.numbers``, ``babel.units``): each language's digits, decimal sign,
 # grouping separator (65,536 / 65.536 / 65 536 with U+202F in French), percent sign and its space,
 # compact large numbers (124.37M, 1.24億, 1.24亿, 124,37 Mio., 124,37 millions) and the unit "second"
-# (0.12 sec, 0.12 秒, 0.12秒, 0,12 Sek., 0,12 s). Decided here, on top of CLDR:
+# (0.12 sec, 0.12 秒, 0,12 Sek., 0,12 s). Decided here, on top of CLDR:
 # - German and French leave a four-digit number ungrouped (1024, as DIN 5008 and the Imprimerie
 #   nationale's rules have it; CLDR would write 1.024 / 1 024): ``GROUP_FROM``;
 # - the space between a number and its unit is a no-break space in German and French (6,14 GiB,
 #   6,14 Gio), so that a line never breaks between them; an ordinary space elsewhere;
+# - Chinese seconds take that space too (0.12 秒, where CLDR writes 0.12秒), as the Chinese pages
+#   write a number before a Chinese unit (30 秒, 4 倍, 8 个) and as Japanese CLDR does;
 # - a count of millions is written out in French (124,37 millions: "de paramètres" follows in the
 #   page), compact elsewhere;
 # - the ratio's words (4.22×, 4,22-mal, 4,22 fois, 4.22 倍) are the ``site`` catalogs' (CLDR has none).
@@ -121,6 +128,8 @@ def _seconds(value: float, decimals: int, lang: str) -> str:
     text = format_unit(
         _rounded(value, decimals), "duration-second", length="short", locale=lang, format=pattern
     )
+    if lang == "zh":  # CLDR: 0.12秒
+        text = re.sub(r"^([\d.,]+)(?=[^\d.,\s])", r"\1 ", text)
     return text.replace(" ", UNIT_SPACE[lang])
 
 
@@ -156,7 +165,18 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
         if value not in (0, 1):
             raise FigureError(f"a mark is 0 or 1, got {value!r}")
         return "\u2713" if value else "\u2717"
+    if unit == "verdict":
+        if value not in (0, 1, 2):
+            raise FigureError(f"a verdict is 0 (does not fit), 1 (borderline) or 2 (fits), got {value!r}")
+        return VERDICT_SIGNS[int(value)]
     raise FigureError(f"unknown figure unit {unit!r} (known: {', '.join(UNITS)})")
+
+
+def format_bytes(nbytes: float, lang: str = "en") -> str:
+    """A size the tool computed (a prediction, a sum), as `lang` writes it and the pages print it (6.14 GiB,
+    6,14 GiB, 6,14 Gio): GiB from 1 GiB up, MiB below (``units.fmt_bytes``'s choice). A size quoted
+    from the reader's OOM message is never passed here: it stays as PyTorch printed it, to be found in the log."""
+    return format_figure(nbytes, "gib" if nbytes >= 1024**3 else "mib", lang)
 
 
 # Code in a page: fenced blocks and `code spans`. A figure inside code is written as the program

@@ -11,7 +11,7 @@ compiles the same ``.po`` files to ``.mo`` (``compile_catalog``), which are read
 
 Domains: ``explain`` (everything ``oomguide explain`` prints: the ``explain`` package),
 ``check`` (everything ``oomguide check`` prints, and the one-line errors of both commands:
-``check_render.py`` and ``messages.py``) and ``site`` (the words the site's hooks put on pages). ``DOMAINS`` says which source files feed which
+``check_render.py``, ``messages.py``, and ``cli.py``'s --help) and ``site`` (the words the site's hooks put on pages). ``DOMAINS`` says which source files feed which
 domain; tests/test_catalogs.py fails when a catalog lacks a message the code uses, keeps one the
 code no longer uses, or changes a message's ``{placeholders}``.
 
@@ -36,7 +36,7 @@ LOCALE = PACKAGE / "locale"
 # domain -> source files (relative to the package) whose _() / N_() strings it holds
 DOMAINS: dict[str, tuple[str, ...]] = {
     "explain": ("explain/*.py",),
-    "check": ("check_render.py", "messages.py", "nanochat/render.py"),
+    "check": ("check_render.py", "messages.py", "nanochat/render.py", "cli.py"),
     "site": ("site_hooks.py", "placement.py", "paste.py", "figures.py"),
 }
 KEYWORDS = {"_": None, "N_": None}

@@ -7,9 +7,10 @@ msgid is the library's own sentence with its variable parts written as ``{placeh
 is turned into a pattern (literal text matched exactly, a placeholder matching anything), so the
 sentence and its pattern are one string and cannot disagree. A match gives the catalog's sentence
 with the same values put back: paths, sizes as PyTorch prints them (``8.30 GiB``), config keys
-and figures stay exactly as the library wrote them. A placeholder named ``reason`` or ``code``
+and figures stay exactly as the library wrote them (a card's size in ``CARD_SIZES``, which the
+library computed, is written as the language writes numbers). A placeholder named ``reason`` or ``code``
 holds another of these messages and is translated in turn, one named ``reader`` one of
-``READERS``; one named ``choices`` is a list of
+``READERS``; one named ``places`` (folders) is listed with the language's separator; one named ``choices`` is a list of
 names joined by " or ", joined again with the language's word. Text that matches no msgid is
 shown as it is, in English.
 
@@ -34,17 +35,34 @@ READERS: tuple[str, ...] = (
     N_("train.py's estimate_loss() and get_batch()"),
     N_("model.py's GPT.forward"),
 )
+# a card's size the library computed ("a 11.69 GiB card"): its number is written as the language writes numbers
+CARD_SIZES = ("a {size} GiB card", "an {size} GiB card")
 # TRANSLATORS: between two card names the reader chooses from ("RTX 4060 Ti 8GB or RTX 4060 Ti 16GB")
 OR = N_(" or ")
 
 # TRANSLATORS: an option's value refused: argparse names the option, then the library's message
 ARGUMENT = N_("argument {option}: {reason}")
+# TRANSLATORS: a positional argument refused by argparse ({name}: its name, as "command" or CONFIG)
+ARGUMENT_NAMED = N_("argument {name}: {reason}")
 # what a placeholder of this name can be (any other: any text)
 SHAPES = {"key": r"\w+", "option": r"--[\w-]+"}
 
 # Order matters where two could match the same text: the more specific first.
 MESSAGES: tuple[str, ...] = (
     ARGUMENT,  # first: its {reason} is one of the others
+    ARGUMENT_NAMED,
+    # TRANSLATORS: argparse's own errors (Python's argparse.py, as Python 3.9 to 3.13 word them):
+    # {value}, {choices}, {names}, {words}, {option}, {matches}, {type}: as argparse printed them.
+    N_("invalid choice: {value} (choose from {choices})"),
+    N_("the following arguments are required: {names}"),
+    # TRANSLATORS: argparse's "unrecognized arguments" for train.py's --key=value spelling (cli._Parser):
+    # {args} as typed, {settings} the same as check and explain take them ("--set batch_size=8")
+    N_("unrecognized arguments: {args} (a setting is given as {settings})"),
+    N_("unrecognized arguments: {words}"),  # after the one above, which it would also match
+    N_("expected one argument"),
+    N_("invalid {type} value: {value}"),
+    N_("ambiguous option: {option} could match {matches}"),
+    N_("ignored explicit argument {value}"),
     # TRANSLATORS: errors: check --nanochat, the checkout and the command line (nanochat/code.py,
     # nanochat/command.py, nanochat/plan.py). {word}, {path}, {script}, {option}, {value}: as the
     # reader typed them or as nanochat names them; {message}, {error}: English from argparse or Python.
@@ -61,8 +79,12 @@ MESSAGES: tuple[str, ...] = (
     ),
     N_("cannot read the command line: {error}"),
     N_("{word}: not a memory-relevant script: it downloads data shards and puts nothing on the GPU"),
-    N_("{word}: not a memory-relevant script: it trains the tokenizer on the CPU and puts nothing on the GPU"),
-    N_("{word}: not a memory-relevant script: it evaluates the tokenizer on the CPU and puts nothing on the GPU"),
+    N_(
+        "{word}: not a memory-relevant script: it trains the tokenizer on the CPU and puts nothing on the GPU"
+    ),
+    N_(
+        "{word}: not a memory-relevant script: it evaluates the tokenizer on the CPU and puts nothing on the GPU"
+    ),
     N_("{word}: not a nanochat script oomguide predicts (known: {names})"),
     N_("python without a script: give python -m scripts.X ..."),
     N_("torchrun {option}={value}: give a number of processes (GPUs), e.g. 8"),
@@ -76,8 +98,11 @@ MESSAGES: tuple[str, ...] = (
         "{script} would stop at its assert: total_batch_size ({total}) must be a multiple of device_batch_size "
         "x max_seq_len x ranks ({batch} x {seq} x {world} = {product})"
     ),
-    N_("{script} would stop at its assert: --num-samples ({total}) must be a multiple of --device-batch-size ({batch})"),
+    N_(
+        "{script} would stop at its assert: --num-samples ({total}) must be a multiple of --device-batch-size ({batch})"
+    ),
     N_("--from-base: {script} is not base_train"),
+    N_("scripts.base_train would stop: nanochat/fp8.py supports --fp8-recipe=tensorwise only, not {recipe}"),
     # TRANSLATORS: errors: the config files and overrides (config.py).
     # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
     # key, a figure), put back unchanged: keep them all.
@@ -93,6 +118,35 @@ MESSAGES: tuple[str, ...] = (
     ),
     N_("cannot read config file {path}: {reason}"),
     N_("{where}: syntax error: {error}"),
+    N_("dtype must be one of {choices}, got {value}"),
+    N_("init_from must be 'scratch', 'resume' or one of {choices}, got {value}"),
+    N_("block_size {block} is above the model's 1024 (init_from={init_from})"),
+    N_("n_embd ({n_embd}) must be divisible by n_head ({n_head})"),
+    N_("dropout must be in [0, 1), got {value}"),
+    N_("cannot forward a sequence of length {length}: block_size is {block}"),
+    # TRANSLATORS: errors: data/<dataset>/meta.pkl and out_dir/ckpt.pt, read as train.py reads them
+    # (config.py). {reason} is another of these messages; {error}: Python's own English.
+    N_("{path}: not plain data, oomguide will not unpickle it ({reason})"),
+    N_("refuses to load {name}"),
+    N_("refuses a persistent id"),
+    N_("{path}: not a readable pickle ({error})"),
+    N_("{path}: has no positive integer vocab_size (train.py reads meta['vocab_size'])"),
+    N_("{path}: cannot read model_args from this checkpoint ({error})"),
+    N_("{path}: model_args is not a dict"),
+    N_(
+        "gradient_accumulation_steps={gas} is not divisible by {n} processes (nanoGPT's train.py "
+        "asserts that it is)"
+    ),
+    # TRANSLATORS: errors: the reader's own model.py (--model, or the checkout's), run on fake tensors
+    # (memory/models.py, memory/predict.py). {error}: Python's own English; {phase}: a phase's code name.
+    N_("model file not found: {path}"),
+    N_("{path}: import failed: {error}"),
+    N_("{path}: no GPT class (an nn.Module named GPT) in this file"),
+    N_("{path}: no GPTConfig class in this file"),
+    N_("{path}: GPT.forward must take (idx, targets), like nanoGPT's; it takes {params}"),
+    N_("{path}: its GPTConfig has no grad_checkpoint field"),
+    N_("{path}: building GPT failed: {error}"),
+    N_("{path}: the model cannot run on fake tensors in {phase}: {error}"),
     N_("override {text} is not key=value"),
     N_("{key} must be a positive integer, got {value}"),
     N_("{where}: {key} must be {want}, got {value}"),
@@ -144,6 +198,37 @@ MESSAGES: tuple[str, ...] = (
     N_("file not found: {path}"),
     N_("{path} is a directory, not a file"),
     N_("cannot read {path}: {reason}"),
+    # TRANSLATORS: errors: a message explain cannot read (explain/formats.py), from stdin (the
+    # command line), the pasted text (the site's paste box) or a file ({source}: its path).
+    # 'Tried to allocate …', 'out of memory', 'CUDA out of memory' and "Of the allocated memory …"
+    # are PyTorch's words, which the reader looks for in the log: keep them in English.
+    N_("stdin is empty: paste the whole CUDA out-of-memory message or traceback"),
+    N_("the pasted text is empty: paste the whole CUDA out-of-memory message or traceback"),
+    N_("{source} is empty: paste the whole CUDA out-of-memory message or traceback"),
+    N_("stdin holds an Apple MPS out-of-memory message; oomguide explains CUDA's"),
+    N_("the pasted text holds an Apple MPS out-of-memory message; oomguide explains CUDA's"),
+    N_("{source} holds an Apple MPS out-of-memory message; oomguide explains CUDA's"),
+    N_(
+        "stdin says 'out of memory' but holds no figures at all (no 'Tried to allocate …', no card "
+        "sizes): paste the whole message, from 'CUDA out of memory' to its last line"
+    ),
+    N_(
+        "the pasted text says 'out of memory' but holds no figures at all (no 'Tried to allocate …', "
+        "no card sizes): paste the whole message, from 'CUDA out of memory' to its last line"
+    ),
+    N_(
+        "{source} says 'out of memory' but holds no figures at all (no 'Tried to allocate …', no card "
+        "sizes): paste the whole message, from 'CUDA out of memory' to its last line"
+    ),
+    N_("no CUDA out-of-memory message ('Tried to allocate …') in stdin"),
+    N_("no CUDA out-of-memory message ('Tried to allocate …') in the pasted text"),
+    N_("no CUDA out-of-memory message ('Tried to allocate …') in {source}"),
+    N_('found "Tried to allocate {size}" but not the card\'s figures ({names}): paste the whole message'),
+    N_(
+        'found "Tried to allocate {size}" but not "Of the allocated memory … is allocated by PyTorch, '
+        'and … is reserved by PyTorch but unallocated": paste the whole message'
+    ),
+    N_("cannot read size {text}"),
     # TRANSLATORS: what check says about the run: the card, the allocator, the vocab, the code.
     # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
     # key, a figure), put back unchanged: keep them all.
@@ -181,6 +266,19 @@ MESSAGES: tuple[str, ...] = (
         "that train.py's state_dict keeps on each card"
     ),
     N_("{folder} has no model.py: predicted with nanoGPT's GPT"),
+    N_(
+        "init_from='resume' but no {path} found in {places}: the model's shape is taken from the "
+        "config, as if the checkpoint had it"
+    ),
+    N_(
+        "dataset={dataset} is set but no {path} was found (looked in {places}); predicting with "
+        "GPT-2's vocab 50304, as train.py would. Run the dataset's prepare.py first, or run oomguide "
+        "from your nanoGPT checkout"
+    ),
+    N_(
+        "grad_checkpoint = True is not a field of {path}'s GPTConfig: its forward decides whether it "
+        "checkpoints ({section}); predicted as it is"
+    ),
     N_("{where}: {key} is not a nanoGPT train.py setting; oomguide ignores it"),
     N_("{where}: skipped (not a plain assignment): {line}"),
     N_("{where}: skipped {names} = {expr} (not a literal)"),
@@ -227,8 +325,8 @@ def translate(text: str, lang: str) -> str:
     if found is None:
         return text
     msgid, values = found
-    if msgid == ARGUMENT and match(values["reason"]) is None:
-        return text  # argparse's own wording ("invalid choice: ..."): English, rather than half of it
+    if msgid in (ARGUMENT, ARGUMENT_NAMED) and match(values["reason"]) is None:
+        return text  # a wording no msgid knows: English, rather than half of it
     for name in RECURSIVE:
         if name in values:
             values[name] = translate(values[name], lang)
@@ -238,4 +336,10 @@ def translate(text: str, lang: str) -> str:
         values["reader"] = _(reader)
     if choices is not None:
         values["choices"] = _(OR).join(choices.split(OR))
+    if values.get("places"):  # the folders looked in, joined as the language lists things
+        values["places"] = _(", ").join(values["places"].split(", "))
+    if msgid in CARD_SIZES and re.fullmatch(r"\d+\.\d+", values["size"]):
+        from .figures import format_figure
+
+        values["size"] = format_figure(float(values["size"]), "float", lang)
     return _(msgid).format(**values)

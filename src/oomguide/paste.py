@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import re
 import shutil
 import zipfile
@@ -140,6 +141,8 @@ def bundle() -> bytes:
         for pattern in BUNDLE:
             for path in sorted(PACKAGE.glob(pattern)):
                 _add(z, f"oomguide/{path.relative_to(PACKAGE).as_posix()}", path.read_bytes())
+        for name, data in guide_headings():
+            _add(z, f"oomguide/{name}", data)
         for lang in i18n.LANGS:
             if lang == i18n.SOURCE_LANG:
                 continue
@@ -155,6 +158,32 @@ def bundle() -> bytes:
         ]:
             _add(z, f"babel/{name.relative_to(source).as_posix()}", name.read_bytes())
     return buffer.getvalue()
+
+
+def guide_headings() -> list[tuple[str, bytes]]:
+    """The pages explain names, as the bundle carries them: their headings only (the titles "Read next"
+    prints, ``explain.links.section_title``), each on its own line, every other line left empty."""
+    from .explain import links
+
+    out = []
+    for lang in i18n.LANGS:
+        for page in links.GUIDE_SECTIONS:
+            path = links.page_file(page, lang)
+            name = f"guide/{lang}/{path.name}"
+            if path.suffix == ".ipynb":
+                cells = [
+                    {"cell_type": "markdown", "source": [line]}
+                    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                    if cell.get("cell_type") == "markdown"
+                    for line in "".join(cell["source"]).splitlines()
+                    if line.startswith("#")
+                ]
+                out.append((name, json.dumps({"cells": cells}, ensure_ascii=False).encode("utf-8")))
+            else:
+                lines = path.read_text(encoding="utf-8").splitlines()
+                kept = "\n".join(line if line.startswith("#") else "" for line in lines) + "\n"
+                out.append((name, kept.encode("utf-8")))
+    return out
 
 
 def _add(z: zipfile.ZipFile, name: str, data: bytes) -> None:

@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 
 from . import checkout, memory, versions
-from .config import EXTENSION_DEFAULTS, TrainConfig, load_config
+from .config import DEFAULTS, EXTENSION_DEFAULTS, TrainConfig, load_config
 from .memory import reserved
 from .memory.allocator import with_expandable_segments
 
@@ -155,6 +155,18 @@ def apply_code(config: TrainConfig, code: checkout.Code, model_path: str | None)
     return (config.replace(**changes) if changes else config), notes
 
 
+def refuse_unknown_overrides(config: TrainConfig, code: checkout.Code) -> None:
+    """An override no train.py reads stops the run, as nanoGPT's configurator.py raises
+    ``ValueError(f"Unknown config key: {key}")`` for a --key=value whose key is not a global of train.py.
+    Known: train.py's globals (nanoGPT's, or those of the reader's train.py) and oomguide's extension keys,
+    which a note explains where the reader's code does not read them (apply_code)."""
+    known = set(DEFAULTS) | set(code.command_line_keys or ())
+    for key in sorted(config.overridden - known):
+        raise BadRequest(
+            f"train.py would stop on --{key}: 'Unknown config key' (not a global of its train.py)"
+        )
+
+
 def prepare(request: Request) -> Run:
     """Read the settings, find the code, resolve the card and the processes (no prediction yet)."""
     from .memory.distributed import Parallel
@@ -184,6 +196,8 @@ def prepare(request: Request) -> Run:
             config = load_config(request.configs, request.overrides, find_files=True, cwd=request.cwd)
         notes = [str(w.message) for w in caught] + list(config.notes)
     code = checkout.find(request.configs, request.cwd, request.nanogpt)
+    if sample is None:
+        refuse_unknown_overrides(config, code)
     notes += list(code.notes)
     model_path = request.model or (str(code.model_path) if code.model_path else None)
     if sample is None:
@@ -209,8 +223,10 @@ def prepare(request: Request) -> Run:
     phases = [name for name in run if not request.phases or name in request.phases]
     skipped = [name for name in request.phases or () if name not in run]
     if skipped:
-        why = " (eval_only)" if config.eval_only and sample is None else ""
-        notes.append(f"not run by this config{why}: {', '.join(skipped)}")
+        if config.eval_only and sample is None:
+            notes.append(f"not run by this config (eval_only): {', '.join(skipped)}")
+        else:
+            notes.append(f"not run by this config: {', '.join(skipped)}")
     return Run(
         config=config,
         code=code,

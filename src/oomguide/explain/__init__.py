@@ -6,8 +6,8 @@ The package, one module per job, in the order the answer is built:
                  it), and sizes as PyTorch's ``format_size`` writes them
 - ``tensors``    which tensor the request was: a config's large tensors, or a search of logits sizes
 - ``diagnosis``  why it ran out, the prediction of each phase, the sections to read (as data)
-- ``links``      the guide's sections as links: the published site's address (mkdocs.yml's
-                 ``site_url``), else the page's file under docs/
+- ``links``      the guide's sections: their titles in the reader's language, and the published
+                 site's address (mkdocs.yml's ``site_url``), else the page's installed file
 - ``words``      every English sentence explain prints, the message ids of its catalogs
 - ``render``     the answer as text in one of five languages (catalogs: ``oomguide.i18n``)
 - ``command``    the command line: arguments, input, output
@@ -27,10 +27,12 @@ from .formats import FORMATS, ExplainError, NoRequest, OOMFigures, format_size, 
 from .links import (
     GUIDE_SECTIONS,
     SITE_URL_ENV,
+    file_link,
     guide_url,
     page_path,
     published_url,
     section_link,
+    section_title,
     site_url,
 )
 from .render import render
@@ -54,6 +56,7 @@ __all__ = [
     "config_tensors",
     "diagnose",
     "explain",
+    "file_link",
     "format_size",
     "guide_url",
     "model_states",
@@ -65,5 +68,6 @@ __all__ = [
     "run",
     "search_logits",
     "section_link",
+    "section_title",
     "site_url",
 ]

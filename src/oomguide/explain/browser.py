@@ -4,7 +4,8 @@ What it does: answers one pasted message exactly as ``oomguide explain --lang LA
 when the message comes on stdin (``command.run`` without a config: ``explain`` and then ``render``),
 with the guide's links relative to the page the box is on (``base``: the way from that page to the
 site's root, as MkDocs writes it, e.g. ``../..``), through ``OOMGUIDE_SITE_URL``, the links' one
-override. Input it cannot read gives the CLI's own error line. The site's build packs this module
+override. Input it cannot read gives the CLI's error line, which names the pasted text where the CLI names
+stdin. The site's build packs this module
 with the rest of the torch-free package (``site_hooks.browser_bundle``); ``docs/assets/paste.js``
 loads Pyodide, that bundle, and calls :func:`answer`.
 
@@ -23,7 +24,7 @@ from .formats import ExplainError
 from .links import SITE_URL_ENV, section_link
 from .render import render
 
-SOURCE = "stdin"  # what the CLI calls a message pasted into `oomguide explain -`
+SOURCE = "the pasted text"  # what the one-line errors call the message (the CLI: "stdin" or the file)
 
 
 def answer(text: str, lang: str, base: str) -> str:

@@ -14,30 +14,21 @@ import json
 import sys
 from pathlib import Path
 
-from .. import units
 from ..i18n import LANGS, N_, default_lang, gettext_for
 from .diagnosis import explain
 from .formats import ExplainError
 from .render import render
 
 
-def _size_arg(text: str) -> int:
-    """--gpu-memory: a card's size, as check reads it (``units.card_memory``)."""
-    import argparse
-
-    try:
-        return units.card_memory(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_arguments(parser) -> None:
+def add_arguments(parser, lang: str = "en") -> None:
+    """explain's arguments, their --help in `lang` (the card's options: ``cli.add_card_arguments``)."""
+    _ = gettext_for(lang)
     parser.add_argument(
         "file",
         nargs="?",
         default="-",
         metavar="FILE",
-        help="a file with the message or the whole traceback, or - for stdin (default)",
+        help=_("a file with the message or the whole traceback, or - for stdin (default)"),
     )
     parser.add_argument(
         "--config",
@@ -45,47 +36,45 @@ def add_arguments(parser) -> None:
         default=[],
         dest="configs",
         metavar="CONFIG",
-        help="the nanoGPT config file of the run (repeatable, applied in order): names the tensor and "
-        "predicts each phase",
+        help=_(
+            "the nanoGPT config file of the run (repeatable, applied in order): names the tensor and "
+            "predicts each phase"
+        ),
     )
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a setting, like train.py's --key=value (repeatable)",
+        help=_("override a setting, like train.py's --key=value (repeatable)"),
     )
     parser.add_argument(
         "--nanogpt",
         metavar="PATH",
-        help="your nanoGPT checkout (default: the one the config or the working directory is in): its "
-        "train.py and model.py decide what the prediction runs",
-    )
-    parser.add_argument(
-        "--gpu-memory",
-        type=_size_arg,
-        default=None,
-        metavar="SIZE",
-        help="the card to compare with and predict for (default: the total capacity in the message); "
-        "units GiB, GB, MiB, MB",
+        help=_(
+            "your nanoGPT checkout (default: the one the config or the working directory is in): its "
+            "train.py and model.py decide what the prediction runs"
+        ),
     )
     parser.add_argument(
         "--lang",
         choices=LANGS,
         default=default_lang(),
-        help="language of the explanation, the links and error lines (default: from LC_ALL, "
-        "LC_MESSAGES or LANG, else en)",
+        help=_(
+            "language of the explanation, the links and error lines (default: from LC_ALL, "
+            "LC_MESSAGES or LANG, else en)"
+        ),
     )
     parser.add_argument(
         "--no-predict",
         action="store_true",
-        help="with a config, skip the prediction of each phase (seconds; longer for big models)",
+        help=_("with a config, skip the prediction of each phase (seconds; longer for big models)"),
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--json", action="store_true", help=_("print one JSON object"))
 
 
 PASTE = N_("oomguide explain: paste the message, then Ctrl-D")
-PREDICTING = N_("oomguide explain: predicting {phase} …")
+PREDICTING = N_("oomguide explain: predicting each phase of the run …")
 
 
 def read_input(path: str, lang: str = "en") -> tuple[str, str]:
@@ -117,19 +106,30 @@ def run(args) -> int:
 
         # the settings and the code as `oomguide check` reads them: one verdict for one config
         request = verdict.Request(
-            configs=args.configs, overrides=args.set, nanogpt=args.nanogpt, search=False
+            configs=args.configs,
+            overrides=args.set,
+            nanogpt=args.nanogpt,
+            gpu=args.gpu,
+            capability=args.capability,
+            search=False,
         )
         prepared, judge = verdict.judge(request)
         config, notes = prepared.config, prepared.notes
 
-    def progress(phase):
+    def progress(_phases):
         if not args.json and sys.stderr.isatty():
-            print(gettext_for(args.lang)(PREDICTING).format(phase=phase), file=sys.stderr, flush=True)
+            print(gettext_for(args.lang)(PREDICTING), file=sys.stderr, flush=True)
 
+    gpu_memory = args.gpu_memory  # None: the card of the message
+    if args.gpu or args.capability:  # the card as check resolves it: --gpu's memory wins
+        from ..cli import resolve_card
+
+        card = resolve_card(args)
+        gpu_memory = card.total_memory if args.gpu else gpu_memory
     result = explain(
         text,
         config,
-        gpu_memory=args.gpu_memory,
+        gpu_memory=gpu_memory,
         predict=not args.no_predict,
         source=source,
         progress=progress,

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from .. import units
 from .formats import NoRequest, OOMFigures, detect_context, parse_message
-from .links import page_path, section_link
+from .links import page_path, section_link, section_title
 from .tensors import ACTIVATION_TENSORS, LOGITS_TENSORS, match_request
 
 GiB, MiB = units.GiB, units.MiB
@@ -288,6 +288,7 @@ class Explanation:
             "matched_by": self.matched_by,
             "diagnosis": self.diagnosis,
             "links": [section_link(p, a, lang) for p, a in self.sections],  # as the text prints them
+            "titles": [section_title(p, a, lang) for p, a in self.sections],
             "card_bytes": self.card_bytes,
             "lang": lang,
             "warnings": self.warnings,

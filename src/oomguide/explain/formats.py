@@ -215,8 +215,11 @@ class _Reader:
         return nbytes
 
 
-def _missing(req_text: str, what: str) -> ExplainError:
-    return ExplainError(f'found "Tried to allocate {req_text}" but not {what}: paste the whole message')
+def _missing(req_text: str, names: str) -> ExplainError:
+    """The request is there, the card's figures `names` are not (the message was cut)."""
+    return ExplainError(
+        f'found "Tried to allocate {req_text}" but not the card\'s figures ({names}): paste the whole message'
+    )
 
 
 def parse_2_1(window: str, req: int, take: _Reader) -> OOMFigures | None:
@@ -229,10 +232,9 @@ def parse_2_1(window: str, req: int, take: _Reader) -> OOMFigures | None:
     free = take("free", new.group(3))
     of_alloc = _OF_ALLOCATED.search(window)
     if not of_alloc:
-        raise _missing(
-            req_text,
-            '"Of the allocated memory … is allocated by PyTorch, and … is reserved by PyTorch but '
-            'unallocated"',
+        raise ExplainError(
+            f'found "Tried to allocate {req_text}" but not "Of the allocated memory … is allocated by '
+            'PyTorch, and … is reserved by PyTorch but unallocated": paste the whole message'
         )
     allocated = take("allocated", of_alloc.group(1))
     private = take("private_pools", of_alloc.group(2)) if of_alloc.group(2) else None
@@ -273,7 +275,7 @@ def _parse_group(window: str, req: int, take: _Reader, cached: bool) -> OOMFigur
     last = "cached" if cached else "reserved in total by pytorch"
     missing = [k for k in ("total capacity", "already allocated", "free", last) if k not in items]
     if missing:
-        raise _missing(req_text, f"the card's figures ({', '.join(missing)})")
+        raise _missing(req_text, ", ".join(missing))
     capacity = take("capacity", items["total capacity"])
     free = take("free", items["free"])
     allocated = take("allocated", items["already allocated"])
@@ -353,7 +355,7 @@ def _parse_request(window: str) -> OOMFigures:
         figs = parser(window, req, take)
         if figs is not None:
             return figs
-    raise _missing(req_text, "the card's figures (total capacity, free)")
+    raise _missing(req_text, "total capacity, free")
 
 
 def parse_async(match: re.Match) -> OOMFigures:

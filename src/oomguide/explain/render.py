@@ -2,8 +2,10 @@
 
 What it does: lays the answer out (figures read, which tensor, the prediction, the diagnosis, what
 to read next) with the sentences of ``words.TEXT`` translated through the catalogs
-(``oomguide.i18n``), numbers grouped as the language writes them, and sizes as PyTorch prints them
-(the same in every language, so that they can be found in the message).
+(``oomguide.i18n``). Sizes read from the message stay exactly as PyTorch printed them (the same in
+every language, so that they can be found in the log); sizes and counts computed here (a prediction,
+a sum, a tensor's bytes) are written as the language writes numbers, as the pages do (``_size``,
+``figures.format_figure``).
 
 It must never compute a figure or a diagnosis (everything comes from the Explanation) and never
 hold a sentence of its own: a new sentence goes into ``words.py`` and the catalogs.
@@ -11,11 +13,14 @@ hold a sentence of its own: a new sentence goes into ``words.py`` and the catalo
 
 from __future__ import annotations
 
+import functools
+
 from .. import figures
+from ..check_render import phase_title
 from ..i18n import gettext_for
 from .diagnosis import Explanation
 from .formats import format_size
-from .links import section_link
+from .links import read_next
 from .tensors import ITEMSIZE, SIXTEEN_BIT, TENSOR_NAMES
 from .words import TEXT
 
@@ -29,8 +34,16 @@ def _int(n: int, lang: str) -> str:
     return figures.format_figure(n, "int", lang)
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB"
+def _gb(n: int, lang: str) -> str:
+    return figures.format_figure(n, "gb", lang)
+
+
+def _size(n: int, lang: str) -> str:
+    """A size computed here, in the unit PyTorch's ``format_size`` would pick, written as `lang` writes
+    numbers (2.30 GiB, 2,30 GiB, 2,30 Gio); up to 1 KiB in bytes, as PyTorch prints them."""
+    if n <= 1024:
+        return format_size(n)
+    return figures.format_figure(n, "kib" if n <= 1024**2 else "mib" if n <= 1024**3 else "gib", lang)
 
 
 def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
@@ -71,7 +84,7 @@ def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
         )
         lines.append("  - " + line)
         if len(items) > 1:
-            others = ", ".join(f"{b} × {t}" for b, t in pairs[1:])
+            others = t(TEXT["list_sep"]).join(f"{b} × {block}" for b, block in pairs[1:])
             lines.append("    " + t(TEXT["search_also"]).format(pairs=others))
     return lines
 
@@ -79,7 +92,7 @@ def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
 def _figure_rows(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
     figs = result.figures
-    fmt = format_size
+    fmt = functools.partial(_size, lang=lang)  # computed from the message's figures
     rows = [
         ("requested", figs.printed["requested"]),
         ("capacity", figs.printed["capacity"]),
@@ -160,7 +173,7 @@ def _tensor_lines(result: Explanation, lang: str) -> list[str]:
 
 def _prediction_lines(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
-    fmt = format_size
+    fmt = functools.partial(_size, lang=lang)
     req = result.figures.printed["requested"]
     p = result.prediction
     lines = [
@@ -171,15 +184,23 @@ def _prediction_lines(result: Explanation, lang: str) -> list[str]:
         path = p["code"].get("path")
         key = f"pred_{'compiled' if p['compiled'] else 'eager'}_{'checkout' if path else 'released'}"
         lines.append("  " + t(TEXT[key]).format(path=path))
-    for phase, r in p["phases"].items():
+    resumed = (result.config or {}).get("init_from") == "resume"
+    for name, r in p["phases"].items():
+        phase = phase_title(name, lang, resumed)  # check's words for the phase, never its internal name
         if r["fits"]:
             lines.append("  " + t(TEXT["pred_fits"]).format(phase=phase, peak=fmt(r["peak_bytes"])))
+        elif r.get("verdict") == "borderline" or r.get("failing_allocation_bytes") is None:
+            lines.append("  " + t(TEXT["pred_borderline"]).format(phase=phase, peak=fmt(r["peak_bytes"])))
         else:
             fail = fmt(r["failing_allocation_bytes"])
             line = t(TEXT["pred_no"]).format(
                 phase=phase, peak=fmt(r["peak_bytes"]), fail=fail, what=r["failing_allocation"]
             )
-            same = t(TEXT["pred_same"]) if fail == req else t(TEXT["pred_diff"]).format(req=req)
+            same = (
+                t(TEXT["pred_same"])
+                if format_size(r["failing_allocation_bytes"]) == req  # as the message would print it
+                else t(TEXT["pred_diff"]).format(req=req)
+            )
             lines.append(f"  {line} — {same}")
     if all(r["fits"] for r in p["phases"].values()):
         lines.append("  " + t(TEXT["pred_all_fit"]))
@@ -188,7 +209,7 @@ def _prediction_lines(result: Explanation, lang: str) -> list[str]:
 
 def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
-    fmt = format_size
+    fmt = functools.partial(_size, lang=lang)
     figs = result.figures
     s = result.model_states
     values = dict(
@@ -206,9 +227,9 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
         values.update(
             params=_int(s["parameters"], lang),
             states=fmt(s["states_bytes"]),
-            states_gb=_gb(s["states_bytes"]),
+            states_gb=_gb(s["states_bytes"], lang),
             card=fmt(s["card_bytes"]),
-            card_gb=_gb(s["card_bytes"]),
+            card_gb=_gb(s["card_bytes"], lang),
             usable=fmt(s["usable_bytes"]),
             margin=fmt(max(0, s["usable_bytes"] - s["states_bytes"])),
             dtype=s["dtype"],
@@ -244,10 +265,12 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
 
 def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
-    fmt = format_size
+    fmt = functools.partial(_size, lang=lang)
     d, figs = result.disagreement, result.figures
     lines = ["", t(TEXT["h_disagreement"])]
-    lines.append("  " + t(TEXT["dis_intro"]).format(phase=d["phase"], peak=fmt(d["predicted_peak_bytes"])))
+    resumed = (result.config or {}).get("init_from") == "resume"
+    phase = phase_title(d["phase"], lang, resumed)
+    lines.append("  " + t(TEXT["dis_intro"]).format(phase=phase, peak=fmt(d["predicted_peak_bytes"])))
     for item in d["figures"]:
         code = item["code"]
         if code == "different_card":
@@ -273,9 +296,10 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
 
 
 def _link_lines(result: Explanation, lang: str) -> list[str]:
-    """Each section as one link: its address on the published site, else its page in the repository."""
+    """Each section as its title in `lang`, and below it the one place that opens it: its address on the
+    published site, else the page's installed file at the heading's line."""
     t = gettext_for(lang)
-    return ["", t(TEXT["h_links"])] + [f"  {section_link(p, a, lang)}" for p, a in result.sections]
+    return ["", t(TEXT["h_links"]), *read_next(result.sections, lang)]
 
 
 def _render_no_request(result: Explanation, lang: str) -> str:

@@ -75,6 +75,8 @@ TEXT: dict[str, str] = {
         "{nbytes} bytes → {req}"
     ),
     "search_also": N_("same size: {pairs} (batch × block)"),
+    # TRANSLATORS: between the items of a list ("48 × 512, 12 × 2048"): the language's list separator
+    "list_sep": N_(", "),
     "search_vocab_too": N_(
         "the same with vocab {vocab} (GPT-2 without padding), e.g. batch {batch} × block {block} "
         "= {nbytes} bytes"
@@ -108,6 +110,11 @@ TEXT: dict[str, str] = {
         "(compile = False)"
     ),
     "pred_fits": N_("{phase}: predicted peak {peak}, fits"),
+    "pred_borderline": N_(
+        "{phase}: predicted peak {peak}, borderline: within the measured uncertainty of the predictions, "
+        "whether it runs depends on how the caching allocator has split its segments "
+        "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True removes that doubt)"
+    ),
     "pred_no": N_(
         '{phase}: predicted peak {peak}, does not fit; the first allocation that fails: "Tried to '
         'allocate {fail}" ({what})'

@@ -210,3 +210,46 @@ def _reduction_allowed() -> bool:
     """torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp (False by default)."""
     getter = getattr(torch._C, "_get_math_sdp_allow_fp16_bf16_reduction", None)
     return bool(getter()) if getter else False
+
+
+# cuBLAS's workspace (aten/src/ATen/cuda/CublasHandlePool.cpp, ``parseChosenWorkspaceSize`` and
+# ``getCurrentCUDABlasHandle``): the first matrix product a thread runs gets its cuBLAS handle a
+# workspace from the caching allocator, kept for the process's life. Handles are per thread, so the
+# forward (the main thread) and the backward (autograd's device thread) hold one each. Default size:
+# 32 MiB on compute capability 9.x and newer ("32MiB for Hopper and Blackwell"), else ":4096:2:16:8"
+# (2 x 4096 KiB + 8 x 16 KiB); ``CUBLAS_WORKSPACE_CONFIG=:SIZE_KIB:COUNT[...]`` sets it. In the
+# caching allocator's history of nanoGPT on an H100 they are the two 32 MiB blocks allocated at the
+# first matrix products and never freed.
+BLAS_OPS = frozenset(
+    (
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "addmv",
+        "mv",
+        "dot",
+        "vdot",
+        "_addmm_activation",
+        "_scaled_mm",
+    )
+)
+
+
+def cublas_workspace_bytes(capability: tuple[int, int], environ=None) -> int:
+    """The bytes of one cuBLAS handle's workspace on a card of `capability`."""
+    import os
+    import re
+
+    config = (os.environ if environ is None else environ).get("CUBLAS_WORKSPACE_CONFIG")
+    if config:
+        pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+        if pairs:
+            return sum(int(size) * 1024 * int(count) for size, count in pairs)
+    return 4096 * 8 * 1024 if capability[0] >= 9 else 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def blas_thread() -> str:
+    """Which thread's cuBLAS handle an op runs with: "backward" inside autograd's engine, else "forward"."""
+    return "backward" if torch._C._current_graph_task_id() != -1 else "forward"

@@ -21,7 +21,7 @@ from .allocator import AllocConf
 from .compiled import compiled_context
 from .cuda_model import _recompute_under, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
-from .kernels import CudaKernels
+from .kernels import CudaKernels, cublas_workspace_bytes
 from .models import ModelSource, PredictionError, no_init
 from .phases import run_phase
 from .tracker import AllocationTracker
@@ -304,12 +304,18 @@ def _run_tracked(
                 t.forwards += 1
 
         model.register_forward_pre_hook(count)
+        like = next(model.parameters(), None)
+        workspace = cublas_workspace_bytes(kernels.capability)
+        tracker.workspaces(workspace, _blas_threads_before(phase, state), like)
+        if later_tracker is not None:
+            later_tracker.workspaces(workspace, ("forward", "backward"), like)
         warmup = None
         try:
             if phase == "estimate_loss" and state == "training":
                 warmup = reserved.cached_warmup(warm_key)
                 if warmup is None:  # a training step ran before this evaluation: its segments are cached
                     step_tracker = AllocationTracker(vocab_size=gpt_config.vocab_size)
+                    step_tracker.workspaces(workspace, ("forward", "backward"), like)
                     with _recompute_under(ctx, kernels.fresh):
                         run_phase(
                             model,
@@ -376,6 +382,17 @@ def _run_tracked(
     result = _result(tracker, phase, batch, budget, kernels)
     traces = [tracker.trace] if warmup is None else [warmup, tracker.trace]
     return result, traces, tracker.peak
+
+
+def _blas_threads_before(phase: str, state: str) -> tuple:
+    """The threads whose cuBLAS workspace an earlier phase of train.py made (``kernels.BLAS_OPS``):
+    the first estimate_loss() runs train.py's first matrix products (on the main thread), the first
+    step's backward the first on autograd's thread; resuming and sample.py start with none."""
+    if phase in MOMENTS or (phase == "estimate_loss" and state == "first"):
+        return ()
+    if phase == "train_step" and state == "first":
+        return ("forward",)
+    return ("forward", "backward")
 
 
 def _result(tracker, phase, batch, budget, kernels) -> PhaseResult:

@@ -17,10 +17,15 @@ from torch.utils._pytree import tree_flatten
 
 from .allocator import ALLOC, FREE, Trace
 from .cuda_model import block_size
-from .kernels import cuda_op_name
+from .kernels import BLAS_OPS, blas_thread, cuda_op_name
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits_and_loss")
-KEPT = ("weights", "optimizer_state", "ddp_buckets")  # registered with these tags: alive throughout
+KEPT = (
+    "weights",
+    "optimizer_state",
+    "ddp_buckets",
+    "workspaces",
+)  # registered with these tags: alive throughout
 
 
 @dataclass
@@ -93,6 +98,20 @@ class AllocationTracker(TorchDispatchMode):
         # while another tracker's code runs in the same run (``predict``: a later step's optimizer
         # step beside the first one's), this one sees nothing: its own run has no such code
         self.paused = False
+        # cuBLAS's workspaces (``kernels.cublas_workspace_bytes``): bytes per thread, and the threads
+        # that hold one ("forward", "backward"); 0: not modelled (``workspaces``)
+        self.workspace = 0
+        self._workspaces: dict[str, torch.Tensor] = {}
+
+    def workspaces(self, nbytes: int, held=(), like: torch.Tensor | None = None) -> None:
+        """Model cuBLAS's workspaces of `nbytes` per thread: those of the threads in `held` exist
+        already (an earlier phase ran matrix products there), registered now like the weights
+        (`like`: a tensor on the device); the others come with the first matrix product of their thread."""
+        self.workspace = nbytes
+        for thread in held:
+            if thread not in self._workspaces and like is not None:
+                self._workspaces[thread] = like.new_empty(nbytes, dtype=torch.uint8)
+                self.register([self._workspaces[thread]], "workspaces")
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
@@ -266,7 +285,28 @@ class AllocationTracker(TorchDispatchMode):
                 self.largest = alloc
             if self.current > self.peak:
                 self._record_peak()
+        if self.workspace and func.overloadpacket.__name__ in BLAS_OPS:
+            self._blas_workspace(func, args)
         return out
+
+    def _blas_workspace(self, func, args) -> None:
+        """The first matrix product of a thread: its cuBLAS handle's workspace, kept from then on."""
+        thread = blas_thread()
+        if thread in self._workspaces:
+            return
+        like = next(t for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor))
+        workspace = like.new_empty(self.workspace, dtype=torch.uint8)
+        self._workspaces[thread] = workspace
+        self._sweep()
+        alloc = Allocation(self.workspace, "cublas_workspace", (self.workspace,), "uint8", self.moment)
+        if self.budget is not None and self.failing is None and self.current + self.workspace > self.budget:
+            self.failing = alloc
+            self.allocated_at_failure = self.current
+            self.failing_moment = self.moment
+        self._describe_next = alloc
+        self._add(workspace, "workspaces", kept=True)
+        if self.current > self.peak:
+            self._record_peak()
 
     def _record_peak(self) -> None:
         """A new peak. Its picture (what was alive, which were gradients) is taken lazily: until the

@@ -6,7 +6,9 @@ arguments, phase names and op names as they are. Never computes a figure or deci
 
 from __future__ import annotations
 
-from .. import units
+import functools
+
+from .. import figures
 from ..i18n import N_, gettext_for
 from ..messages import translate
 
@@ -22,6 +24,9 @@ TEXT = {
     "phase_fails": N_(
         "{phase}: predicted peak {peak} allocated, {reserved} reserved -> DOES NOT FIT (attention: {attention})"
     ),
+    "phase_borderline": N_(
+        "{phase}: predicted peak {peak} allocated, {reserved} reserved -> BORDERLINE (attention: {attention})"
+    ),
     "fail_at": N_("would fail at: Tried to allocate {size} ({op}), with {allocated} already allocated"),
     "max_batch": N_("largest --device-batch-size that fits: {n}"),
     "max_batch_accum": N_(
@@ -32,14 +37,15 @@ TEXT = {
     "max_batch_none": N_("not even --device-batch-size=1 fits"),
     "footer": N_(
         "(predicted with nanochat's own model and optimizer code on fake tensors; a phase fits when its "
-        "reserved memory does; kernel workspaces are not modelled)"
+        "reserved memory does with the margin of the measured uncertainty, and is borderline within it; "
+        "kernel workspaces are not modelled)"
     ),
 }
 
 
 def render(out: dict, lang: str = "en") -> str:
     from ..check_render import TEXT as CHECK_TEXT
-    from ..check_render import words
+    from ..check_render import borderline_lines, words
 
     t = gettext_for(lang, "check")
 
@@ -47,7 +53,7 @@ def render(out: dict, lang: str = "en") -> str:
         return t(TEXT[key]).format(**values)
 
     common = words(lang)
-    fmt = units.fmt_bytes
+    fmt = functools.partial(figures.format_bytes, lang=lang)  # computed: the language's numbers
     shape = out["shape"]
     lines = [
         say(
@@ -79,7 +85,8 @@ def render(out: dict, lang: str = "en") -> str:
     lines += [say("assumed", what=a) for a in out["assumptions"]]
     for name, r in out["phases"].items():
         lines.append("")
-        key = "phase_fits" if r["fits"] else "phase_fails"
+        borderline = r.get("verdict") == "borderline"
+        key = "phase_borderline" if borderline else "phase_fits" if r["fits"] else "phase_fails"
         lines.append(
             say(
                 key,
@@ -90,7 +97,9 @@ def render(out: dict, lang: str = "en") -> str:
             )
         )
         lines.append("  " + common("largest", size=fmt(r["largest_allocation_bytes"]), op=r["largest_allocation"]))
-        if not r["fits"] and r.get("failing_allocation_bytes") is not None:
+        if borderline:
+            lines += ["  " + line for line in borderline_lines(r, out["usable_bytes"], common)]
+        elif not r["fits"] and r.get("failing_allocation_bytes") is not None:
             lines.append(
                 "  "
                 + say(
