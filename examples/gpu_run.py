@@ -299,11 +299,13 @@ def proof_lines(runs, results: list) -> list[str]:
     return lines
 
 
-def report_run(result: Result) -> dict:
-    """One run of the report, in the measurements format."""
+def report_run(result: Result, prefix: str = "") -> dict:
+    """One run of the report, in the measurements format. Its name: the report's file stem, then the
+    run's snippets, unique across the project's measurement files (the accuracy page keys its figures
+    by the name)."""
     p = result.plan
     out = {
-        "name": p.label,
+        "name": f"{prefix}/{p.label}" if prefix else p.label,
         "program": "nanoGPT",
         "configs": list(p.configs),
         "snippets": [f"snippets/{rel}" for rel in p.snippets],
@@ -323,9 +325,9 @@ def report_run(result: Result) -> dict:
     return out
 
 
-def report_document(device: Device, results: list[Result]) -> dict:
+def report_document(device: Device, results: list[Result], prefix: str = "") -> dict:
     """The report: the machine and every judged run, checked as ``measured.load`` checks a file."""
-    return measured.document(device.machine(), [report_run(r) for r in results], ABOUT)
+    return measured.document(device.machine(), [report_run(r, prefix) for r in results], ABOUT)
 
 
 def report_name(device: Device, today: datetime.date | None = None) -> str:
@@ -336,7 +338,7 @@ def report_name(device: Device, today: datetime.date | None = None) -> str:
 
 def write_report(folder: Path, device: Device, results: list[Result]) -> Path:
     """Write the report into `folder` (the directory pytest was started in); its path."""
-    doc = report_document(device, results)
     path = Path(folder) / report_name(device)
+    doc = report_document(device, results, path.stem)
     path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return path

@@ -171,7 +171,7 @@ def test_the_report_is_written_and_read_back(planned, tmp_path):
     path = finish_report(STAND_IN, results, tmp_path)
     assert path.name == f"nvidia-h100-80gb-hbm3-{datetime.date.today().isoformat()}.json"
     runs = measured.load(path)
-    assert [r.name for r in runs] == [a.label, fix.label]
+    assert [r.name for r in runs] == [f"{path.stem}/{a.label}", f"{path.stem}/{fix.label}"]
     assert runs[0].outcome == {
         "fits": False,
         "oom_phase": "estimate_loss_first",
