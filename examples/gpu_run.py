@@ -166,6 +166,7 @@ def plan(folder: Path, configs, tail, applied, device: Device, gpu_memory: int, 
             f"{device.name} has {memory.fmt_bytes(device.total_bytes)}: it cannot emulate a card of "
             f"{memory.fmt_bytes(gpu_memory)} (pytest examples --gpu-memory SIZE, at most the GPU's own)"
         )
+        return run  # nothing runs: nothing to compare with
     request = verdict.Request(
         configs=[str(folder / c) for c in configs],
         overrides=[*typed, *pairs],
