@@ -11,9 +11,12 @@ Used by the ``nanogpt`` fixture (``pytest examples --nanogpt PATH``, or ``OOMGUI
   ``gradient_accumulation_steps`` / 16, ``eval_iters`` / 50, a 256-token vocabulary through
   ``meta.pkl`` (train.py reads ``vocab_size`` from it), two iterations with an evaluation before
   each: the first ``estimate_loss()`` and a later one. Settings that do not cost memory or time
-  keep their values. On CUDA, ``full``: the config as written (eager, ``compile=False``), two
-  iterations, ``eval_iters=2`` (the peak does not depend on it), with the allocator capped to the
-  ``--gpu-memory`` card: a run that passes fits that card.
+  keep their values; tiny runs are eager (``compile=False``). On CUDA, ``full``: the config as
+  written, compiled where it compiles, two iterations, ``eval_iters=2`` (the peak does not depend
+  on it). A page's run (its snippets as placed, nothing added) is planned before it starts
+  (``examples/gpu_run.py``: the card, the cap, what ``oomguide check`` says of each phase) and runs
+  with the allocator capped to the ``--gpu-memory`` card; the runs it is compared with (stock
+  nanoGPT, settings added on the command line, a wrong placement) run uncapped.
 - Only the settings passed on the command line are scaled: the config files hold the snippets
   exactly as the reader pastes them.
 - A run whose config resumes (``init_from = 'resume'``) first gets its checkpoint the way a reader
@@ -104,6 +107,7 @@ class Run:
     expected: dict  # the settings train.py should end up with (config files, then the scaling)
     configs: list[str]
     requested: tuple[str, ...] = ()  # the snippets asked for (without what they need)
+    plan: object = None  # a page's full-scale run on the GPU: gpu_run.Plan (its cap, what check says)
 
     @property
     def ok(self) -> bool:
@@ -161,14 +165,19 @@ class NanoGPT:
 
     source: Path
     tmp: Path
-    cuda: bool = False
-    gpu_memory: int | None = None  # on CUDA, full-scale runs are capped to this card (--gpu-memory)
+    device: object = None  # gpu_run.Device: the GPU (or a stand-in for it); None: the CPU path
+    gpu_memory: int | None = None  # on the GPU, a page's full-scale runs are capped to this card
     workers: int = 2
+    results: list = field(default_factory=list)  # gpu_run.Result of each judged run, for the report
     runs: dict = field(default_factory=dict)
     _idle: list = field(default_factory=list)
     _pool: ThreadPoolExecutor | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _count: int = 0
+
+    @property
+    def cuda(self) -> bool:
+        return self.device is not None
 
     # --- the copy ---------------------------------------------------------------------------
     def copy(self, name: str) -> Path:
@@ -226,7 +235,6 @@ class NanoGPT:
             "log_interval": 1,
             "always_save_checkpoint": False,
             "wandb_log": False,
-            "compile": False,
             "out_dir": str(out_dir),
         }
         if str(v["device"]).startswith("cpu"):
@@ -234,6 +242,7 @@ class NanoGPT:
         if scale == "tiny":
             args.update(
                 device="cpu",
+                compile=False,
                 n_layer=min(v["n_layer"], 2),
                 n_embd=v["n_embd"] // 8,
                 block_size=max(8, v["block_size"] // 8),
@@ -262,24 +271,12 @@ class NanoGPT:
             text=True,
         )
 
-    def cap_for(self, folder: Path, configs: list[str], tail: list[str], applied=()) -> int | None:
-        """The card a full-scale CUDA run is capped to (nanogpt_run.cap): the --gpu-memory card when
-        oomguide predicts that this run, with its patched model.py, fits it in every phase, so that
-        the run passing under the cap shows it does; None (no cap) for the runs that show a problem,
-        which are predicted not to fit, and on the CPU. `applied`: the snippets in the copy (the
-        stale logits are gone where DROP_STALE is, as test_nanogpt.check_peak predicts too)."""
-        if not (self.cuda and self.gpu_memory):
-            return None
-        from oomguide import memory
-        from oomguide.config import load_config
+    def plan_for(self, folder: Path, configs: list[str], tail: list[str], applied, label: str, typed=()):
+        """A page's full-scale run on the GPU, planned before it starts (gpu_run.plan): capped to the
+        --gpu-memory card and compared with what `oomguide check` says for its settings, code and card."""
+        from gpu_run import plan
 
-        config = load_config([folder / c for c in configs], [a[2:] for a in tail if a.startswith("--")])
-        source = memory.load_model_source(folder / "model.py")
-        stale = DROP_STALE not in applied
-        for phase in ("train_step", "estimate_loss"):
-            if not memory.predict(config, phase, self.gpu_memory, source=source, stale_logits=stale).fits:
-                return None
-        return self.gpu_memory
+        return plan(folder, configs, tail, applied, self.device, self.gpu_memory, label, typed)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -371,8 +368,12 @@ class NanoGPT:
         vocab = TINY_VOCAB if scale == "tiny" else CHAR_DATASETS.get(values["dataset"])
         self.write_data(folder, values["dataset"], vocab, values["block_size"])
         tail = [*argv_scale, *extra]
-        cap = self.cap_for(folder, configs, tail, applied) if scale == "full" else None
+        planned = scale == "full" and self.cuda and code and not extra and placements is None and not sample
+        run_plan = (
+            self.plan_for(folder, configs, tail, applied, " + ".join(snippets), typed) if planned else None
+        )
         return {
+            "plan": run_plan,
             "folder": folder,
             "configs": configs,
             "shell": shell,
@@ -380,7 +381,7 @@ class NanoGPT:
             "values": values,
             "scale": scale,
             "tail": tail,
-            "env": {"OOMGUIDE_GPU_MEMORY": str(cap)} if cap else {},
+            "env": run_plan.env if run_plan else {},
             "snippets": snippets,
             "sample": sample,
             "extra": list(extra),
@@ -393,6 +394,19 @@ class NanoGPT:
         folder, configs, tail, env = job["folder"], job["configs"], job["tail"], job["env"]
         record, output = folder / "oomguide-record.json", folder / "oomguide-output.txt"
         rc = 0
+        if job["plan"] is not None and job["plan"].skip:  # nothing to run: the test skips with the reason
+            return Run(
+                folder,
+                0,
+                {},
+                "",
+                job["applied"],
+                job["scale"],
+                job["values"],
+                configs,
+                job["snippets"],
+                job["plan"],
+            )
         if job["checkpoint_first"]:  # the same config from scratch, one iteration: out/ckpt.pt
             record, output = (
                 folder / "oomguide-checkpoint-record.json",
@@ -428,6 +442,7 @@ class NanoGPT:
             job["values"],
             configs,
             job["snippets"],
+            job["plan"],
         )
 
     def _serve(self, folder: Path, argv: list[str], record: Path, output: Path, env: dict) -> int:

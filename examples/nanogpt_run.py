@@ -47,18 +47,69 @@ def _train_frame_globals():
     return None
 
 
-def instrument(rec: dict) -> None:
+class PhaseLog:
+    """The phases of train.py as ``oomguide check`` names them, from the forwards the run makes: an
+    evaluation's first forward starts ``estimate_loss_first`` (then ``estimate_loss``), the first
+    training forward after it ``first_step`` (then ``train_step``). ``peaks()`` gives (allocated,
+    reserved) since the last call and resets them: the device's (``oomguide.memory.phase_peaks``) on
+    CUDA, (None, None) on the CPU, where everything else here runs the same. What came before the
+    first phase (building the model, loading a checkpoint) is ``rec["before_phases"]``."""
+
+    def __init__(self, rec: dict, peaks):
+        self.rec, self.peaks = rec, peaks
+        rec["phases"], rec["before_phases"] = [], None
+        self.current = None
+
+    def _close(self) -> None:
+        allocated, reserved = self.peaks()
+        entry = {"allocated": allocated, "reserved": reserved}
+        if self.current is None:
+            self.rec["before_phases"] = entry
+        else:
+            self.current.update(entry)
+
+    def enter(self, kind: str) -> None:
+        """`kind`: "eval" or "step"; a new phase only where the kind changes."""
+        names = [p["name"] for p in self.rec["phases"]]
+        if self.current is not None and self.current["name"] in PHASE_KINDS[kind]:
+            return
+        self._close()
+        first, later = PHASE_KINDS[kind]
+        self.current = {"name": later if first in names else first, "allocated": None, "reserved": None}
+        self.rec["phases"].append(self.current)
+
+    def end(self, error: BaseException | None) -> None:
+        """The run ended (`error`: what stopped it): the last phase's peaks, and the phase it failed in."""
+        self._close()
+        if isinstance(error, getattr(torch, "OutOfMemoryError", ())):
+            self.rec["oom"] = {
+                "phase": self.current["name"] if self.current else None,
+                "message": str(error),
+            }
+
+
+PHASE_KINDS = {"eval": ("estimate_loss_first", "estimate_loss"), "step": ("first_step", "train_step")}
+
+
+def no_peaks():
+    return None, None
+
+
+def instrument(rec: dict, phases: PhaseLog) -> None:
     import model as nanogpt_model  # the checkout's model.py, the module train.py imports next
 
     GPT, Block = nanogpt_model.GPT, nanogpt_model.Block
     plain_init, plain_forward, plain_block = GPT.__init__, GPT.forward, Block.forward
     state = {"evaluating": False, "cuda": torch.cuda.is_available()}
+    compiling = torch.compiler.is_compiling
 
     def init(self, *args, **kwargs):
         plain_init(self, *args, **kwargs)
         rec["n_layer"] = len(self.transformer.h)
 
         def rows(module, inputs, output):
+            if compiling():  # traced by torch.compile: counted only when it runs eagerly
+                return
             x = inputs[0]
             rec["lm_head"].append(
                 {"training": self.training, "grad": torch.is_grad_enabled(), "rows": x.numel() // x.size(-1)}
@@ -67,7 +118,14 @@ def instrument(rec: dict) -> None:
         self.lm_head.register_forward_hook(rows)
 
     def forward(self, idx, targets=None, *args, **kwargs):
+        if compiling():  # inside torch.compile's trace: the compiled module's forward records (below)
+            return plain_forward(self, idx, targets, *args, **kwargs)
+        return recorded(self, plain_forward, idx, targets, *args, **kwargs)
+
+    def recorded(self, call, idx, targets=None, *args, **kwargs):
         evaluating = not self.training and not torch.is_grad_enabled() and targets is not None
+        if evaluating or self.training:
+            phases.enter("eval" if evaluating else "step")
         entry = {"training": self.training, "grad": torch.is_grad_enabled(), "shape": list(idx.shape)}
         if evaluating and not state["evaluating"]:  # the first forward of an evaluation
             g = _train_frame_globals()
@@ -84,13 +142,15 @@ def instrument(rec: dict) -> None:
         if self.training and state["cuda"] and not rec["peak_first_eval"]:
             rec["peak_first_eval"] = torch.cuda.max_memory_allocated()
         state["evaluating"] = evaluating
-        logits, loss = plain_forward(self, idx, targets, *args, **kwargs)
+        logits, loss = call(self, idx, targets, *args, **kwargs)
         entry["logits"] = list(logits.shape) if isinstance(logits, torch.Tensor) else None
         entry["loss"] = float(loss.detach()) if isinstance(loss, torch.Tensor) else None
         rec["forwards"].append(entry)
         return logits, loss
 
     def block(self, x, *args, **kwargs):
+        if compiling():
+            return plain_block(self, x, *args, **kwargs)
         key = "training" if self.training else "eval"
         rec["block_calls"][key] += 1
         return plain_block(self, x, *args, **kwargs)
@@ -102,8 +162,22 @@ def instrument(rec: dict) -> None:
         )
         return out
 
-    plain_generate = GPT.generate
+    def compile(model, *args, **kwargs):
+        """train.py's ``torch.compile(model)``: compiled as train.py asks, the forwards recorded outside
+        the compiled graph (Blocks and lm_head rows are then not counted: ``rec["compiled"]``)."""
+        compiled = plain_compile(model, *args, **kwargs)
+        rec["compiled"] = True
+        inner = compiled.forward
+
+        def compiled_forward(idx, targets=None, *a, **k):
+            return recorded(compiled, lambda _self, *b, **c: inner(*b, **c), idx, targets, *a, **k)
+
+        compiled.forward = compiled_forward
+        return compiled
+
+    plain_generate, plain_compile = GPT.generate, torch.compile
     GPT.__init__, GPT.forward, Block.forward, GPT.generate = init, forward, block, generate
+    torch.compile = compile
     instrument_moments(rec)
 
 
@@ -166,6 +240,14 @@ def cap(rec: dict) -> None:
         rec["fraction"] = limit_cuda_memory(int(budget))
 
 
+def device_peaks():
+    """The device's phase peaks (``oomguide.memory.phase_peaks``), reset at once: the phases start now."""
+    from oomguide.memory import phase_peaks
+
+    phase_peaks()
+    return phase_peaks
+
+
 def plain_values(namespace: dict) -> dict:
     return {
         k: v
@@ -194,12 +276,13 @@ def run(record_path: str, argv: list[str]) -> int:
     sys.argv = list(argv)
     sys.path.insert(0, os.getcwd())
     torch.set_num_threads(int(os.environ.get("OOMGUIDE_THREADS", "1")))
-    rc = 0
+    rc, error = 0, None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             cap(rec)
-            instrument(rec)
+            phases = PhaseLog(rec, device_peaks() if rec["gpu_memory"] is not None else no_peaks)
+            instrument(rec, phases)
             stand_in_for_tiktoken()
             namespace = runpy.run_path(argv[0], run_name="__main__")
             rec["globals"] = plain_values(namespace)
@@ -208,7 +291,9 @@ def run(record_path: str, argv: list[str]) -> int:
         except BaseException as exc:  # the record says what failed; the traceback goes to stderr
             traceback.print_exc()
             rec["error"] = f"{exc.__class__.__name__}: {exc}"
-            rc = 1
+            rc, error = 1, exc
+        if "phases" in rec:
+            phases.end(error)
     rec["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rec["peak"] = torch.cuda.max_memory_allocated()

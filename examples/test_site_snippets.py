@@ -3,9 +3,10 @@
 - snippets/index/explain.sh, snippets/index/check.sh: every line runs, as written, in a
   nanoGPT checkout (a copy of ``--nanogpt PATH`` when given, else its config/train_gpt2.py alone)
   with an OOM message like nanoGPT issue #88's.
-- snippets/verify/run-examples.sh, snippets/verify/run-examples-budget.sh: they parse, the extra
-  they install exists, and every pytest option they pass is one that `pytest examples` knows
-  (running them here would run this suite inside itself).
+- snippets/verify/run-examples.sh, snippets/verify/run-examples-budget.sh,
+  snippets/verify/add-report.sh: they parse, the extra they install exists, and every pytest option
+  they pass is one that `pytest examples` knows (running them here would run this suite inside
+  itself); the report they copy is the one a GPU run writes (test_verify_shows_the_gpu_lines).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ SHELL_SNIPPETS = [
     "index/check.sh",
     "verify/run-examples.sh",
     "verify/run-examples-budget.sh",
+    "verify/add-report.sh",
 ]
 
 # The documented command lines (README, index page); a snippet may use no other flag.
@@ -152,7 +154,9 @@ def test_run_examples_installs_a_real_extra(snippet):
         assert extra in extras, f"snippets/verify/run-examples.sh: oomguide has no extra {extra!r} ({extras})"
 
 
-@pytest.mark.parametrize("relative", ["verify/run-examples.sh", "verify/run-examples-budget.sh"])
+@pytest.mark.parametrize(
+    "relative", ["verify/run-examples.sh", "verify/run-examples-budget.sh", "verify/add-report.sh"]
+)
 def test_pytest_options_exist(snippet, relative):
     runs = [cmd for line in commands(snippet.path(relative)) for cmd in line if cmd[:1] == ["pytest"]]
     assert runs, f"snippets/{relative} runs no pytest"
@@ -229,3 +233,56 @@ def test_home_page_shows_explain_in_its_own_language(lang, tmp_path):
         f"docs/{lang}/index.md shows another answer than `oomguide explain oom.txt --lang {lang}` prints:\n"
         + proc.stdout
     )
+
+
+def test_verify_shows_the_gpu_lines():
+    """docs/<lang>/verify.md shows what a GPU run prints, as the code writes it: a page run's summary
+    line (page A's situation on an H100 capped to a 12 GB card: measured 6.80 GiB when it ran out of
+    memory in the first evaluation, check's prediction for it), and the report's line; the report's
+    name is what snippets/verify/add-report.sh copies; the page names the torch of the figures."""
+    import gpu_run
+    from conftest import CI_TORCH, finish_report
+    from oomguide import memory
+
+    card = memory.parse_size("11.69GiB")
+    plan = gpu_run.Plan(
+        label="estimate-loss-oom/situation.py",
+        snippets=["estimate-loss-oom/situation.py"],
+        configs=["snippets/estimate-loss-oom/situation.py"],
+        overrides=["eval_iters=2"],
+        harness=[],
+        gpu_memory=card,
+        cap_bytes=memory.usable_bytes(card),
+        alloc_conf="",
+        compiled=True,
+        predicted={
+            "estimate_loss_first": {
+                "allocated": 13_863_374_336,
+                "reserved": 15_355_346_944,
+                "verdict": "does_not_fit",
+            }
+        },
+    )
+    message = "CUDA out of memory. Tried to allocate 6.14 GiB."
+    record = {
+        "phases": [{"name": "estimate_loss_first", "allocated": 7_301_444_403, "reserved": 7_709_466_296}],
+        "oom": {"phase": "estimate_loss_first", "message": message},
+        "error": f"OutOfMemoryError: {message}",
+    }
+    result = gpu_run.judge(plan, record)
+    device = gpu_run.Device("NVIDIA H100 80GB HBM3", 85_017_493_504, (9, 0), "2.11.0+cu130")
+    import tempfile
+
+    import conftest
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = finish_report(device, [result], Path(tmp))
+        report_line = conftest._REPORT.pop().replace(str(path), path.name)
+    assert path.name.startswith("nvidia-") and path.name.endswith(".json")  # add-report.sh: nvidia-*.json
+    for lang in ("en", "ja", "zh", "de", "fr"):
+        text = (ROOT / "docs" / lang / "verify.md").read_text(encoding="utf-8")
+        shown = [line.strip() for line in text.splitlines()]
+        assert result.line() in shown, f"docs/{lang}/verify.md does not show {result.line()!r}"
+        dated = [s for s in shown if s.startswith("oomguide: report written to ")]
+        assert [s.split(": ", 2)[2] for s in dated] == [report_line.split(": ", 2)[2]], lang
+        assert f"PyTorch {CI_TORCH}" in text, f"docs/{lang}/verify.md does not name the figures' torch"

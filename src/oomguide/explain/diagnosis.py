@@ -23,6 +23,12 @@ R = A + U reserved, X the request (thresholds below, as constants):
   AdamW's exp_avg and exp_avg_sq) exceed what PyTorch can use of the card (``units.usable_bytes``);
   ``model_states_with_copies_exceed_card``: they fit alone, not with autocast's 16-bit weight copies;
 - ``too_little_memory``: F + U + O < X (nothing else would have made room), or no other code applies.
+- ``allowed_limit``: the message says what this process was allowed ("11.44 GiB allowed;", a cap
+  set with ``torch.cuda.set_per_process_memory_fraction``, as ``pytest examples --gpu-memory`` and
+  readers who share a GPU set it) and the card had more free than the cap left (F >= L - R, with L
+  allowed): the cap stopped the allocation, not the card. Then L is the card of the diagnosis: T = L,
+  F = L - R and O = 0 (other processes left room: closing them would not have helped), and the
+  prediction is for a card of L plus the CUDA context oomguide sets aside (``units.CONTEXT_BYTES``).
 
 F + U is compared with X allowing for the rounding of the printed figures (``PRINTED_ROUNDING``):
 within it the setting may help, and is advised.
@@ -109,9 +115,27 @@ def other_processes(figs: OOMFigures) -> int:
     return max(0, figs.outside_pytorch - OLD_FORMAT_CONTEXT_ALLOWANCE)
 
 
+def capped(figs: OOMFigures) -> bool:
+    """Whether the process's cap stopped the allocation ("X allowed;" with more free on the card)."""
+    return figs.allowed is not None and figs.free >= max(0, figs.allowed - figs.reserved)
+
+
+def limits(figs: OOMFigures) -> tuple[int, int, int]:
+    """(T, F, O) the diagnosis compares with: the card, its free memory and other processes' share,
+    or, for a capped process (``capped``), what it was allowed, what the cap left and nothing."""
+    if capped(figs):
+        return figs.allowed, max(0, figs.allowed - figs.reserved), 0
+    return figs.capacity, figs.free, other_processes(figs)
+
+
+def card_of(figs: OOMFigures) -> int:
+    """The card a prediction for this message is made for: the one its cap emulates, else its own."""
+    return figs.allowed + units.CONTEXT_BYTES if capped(figs) else figs.capacity
+
+
 def diagnose(figs: OOMFigures, states: dict | None = None) -> list[str]:
-    T, F, X, U = figs.capacity, figs.free, figs.requested, figs.reserved_unallocated
-    codes = []
+    (T, F, other), X, U = limits(figs), figs.requested, figs.reserved_unallocated
+    codes = ["allowed_limit"] if capped(figs) else []
     if states is not None:
         if states["states_exceed_card"]:
             codes.append("model_states_exceed_card")
@@ -119,7 +143,6 @@ def diagnose(figs: OOMFigures, states: dict | None = None) -> list[str]:
             codes.append("model_states_with_copies_exceed_card")
     in_one_piece = F + U + PRINTED_ROUNDING >= X  # all that expandable segments can make of the cache
     fragmentation = U >= MIN_SHARE * T and in_one_piece
-    other = other_processes(figs)
     others = other >= OTHER_PROCESSES_SHARE * T or (other >= MIN_SHARE * T and F + other >= X)
     if F + U + other < X or not (fragmentation or others):
         codes.append("too_little_memory")
@@ -144,11 +167,10 @@ def disagreement(figs: OOMFigures, prediction: dict, context: str | None, card: 
     if context not in phases or not phases[context]["fits"]:
         return None
     peak = phases[context]["peak_bytes"]
-    T, U, A, X = figs.capacity, figs.reserved_unallocated, figs.allocated, figs.requested
+    (T, _, others), U, A, X = limits(figs), figs.reserved_unallocated, figs.allocated, figs.requested
     items = []
-    if card != T:
-        items.append({"code": "different_card", "bytes": card, "message_bytes": T})
-    others = other_processes(figs)
+    if card != card_of(figs):
+        items.append({"code": "different_card", "bytes": card, "message_bytes": card_of(figs)})
     if others >= MIN_SHARE * T:
         room = units.usable_bytes(T) - others
         items.append(
@@ -248,6 +270,7 @@ class Explanation:
     config: dict | None = None
     warnings: list[str] = field(default_factory=list)
     moment: str | None = None  # the moment of the run: resume, first_step, optimizer_step, generate
+    limit: dict | None = None  # a capped process (``capped``): {"allowed_bytes", "room_bytes"}
 
     @property
     def has_request(self) -> bool:
@@ -270,6 +293,8 @@ class Explanation:
             "lang": lang,
             "warnings": self.warnings,
         }
+        if self.limit is not None:
+            out["limit"] = self.limit
         if self.config is not None:
             out["config"] = self.config
             out["model_states"] = self.model_states
@@ -303,7 +328,7 @@ def explain(
         sections = ([MOMENT_SECTIONS[moment]] if moment else []) + NO_REQUEST_SECTIONS
         return Explanation(figs, found, context, [], "none", ["no_request"], sections, card, moment=moment)
     matches, matched_by = match_request(figs, config, text)
-    card = gpu_memory or figs.capacity
+    card = gpu_memory or card_of(figs)
     states = model_states(config, card) if config is not None else None
     codes = diagnose(figs, states)
     result = Explanation(
@@ -317,6 +342,8 @@ def explain(
         card,
         model_states=states,
     )
+    if capped(figs):
+        result.limit = {"allowed_bytes": figs.allowed, "room_bytes": limits(figs)[1]}
     if config is not None:
         result.config = {k: config.values[k] for k in CONFIG_KEYS}
         result.config["sources"] = config.sources

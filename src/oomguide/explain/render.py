@@ -236,10 +236,20 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
             copies=fmt(s["autocast_copies_bytes"]),
             total=fmt(s["states_bytes"] + s["autocast_copies_bytes"]),
         )
+    if result.limit is not None:  # a capped process: the cap is the card of the diagnosis
+        room = result.limit["room_bytes"]
+        values.update(
+            allowed=figs.printed.get("allowed", fmt(result.limit["allowed_bytes"])),
+            reserved=fmt(figs.reserved),
+            room=fmt(room),
+            sum=fmt(room + figs.reserved_unallocated),
+        )
     states_too_large = any(c.startswith("model_states") for c in result.diagnosis)
     lines = []
     for code in result.diagnosis:
-        if code == "other_processes":
+        if code == "too_little_memory" and result.limit is not None and not states_too_large:
+            key = "too_little_memory_allowed"
+        elif code == "other_processes":
             key = "other_processes_d" if figs.other_processes is not None else "other_processes_old"
         elif code == "too_little_memory" and states_too_large:
             key = "too_little_memory_short"  # no batch-size advice: the model states are the problem
@@ -264,7 +274,9 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
     for item in d["figures"]:
         code = item["code"]
         if code == "different_card":
-            text = t(TEXT["dis_card"]).format(card=fmt(item["bytes"]), capacity=figs.printed["capacity"])
+            theirs = item["message_bytes"]
+            capacity = figs.printed["capacity"] if theirs == figs.capacity else fmt(theirs)
+            text = t(TEXT["dis_card"]).format(card=fmt(item["bytes"]), capacity=capacity)
         elif code == "other_processes":
             key = "dis_other_explains" if item["explains"] else "dis_other_partly"
             text = t(TEXT[key]).format(other=fmt(item["bytes"]), room=fmt(item["room_bytes"]))

@@ -134,6 +134,18 @@ TEXT: dict[str, str] = {
         "less memory alive at once: a smaller batch, a shorter block, or a loss computed in "
         "chunks."
     ),
+    "allowed_limit": N_(
+        "This process was allowed {allowed} of the {capacity} card (a cap set with "
+        "torch.cuda.set_per_process_memory_fraction, as pytest examples --gpu-memory sets one, or a "
+        "shared GPU's), and the card still had {free} free: the cap stopped this allocation, not the "
+        "card. What the cap left: {allowed} less the {reserved} reserved by PyTorch = {room}. Other "
+        "processes did not take this memory: closing them would not help."
+    ),
+    "too_little_memory_allowed": N_(
+        "Too little memory: PyTorch's live tensors take {allocated} of the {allowed} allowed, and the "
+        "{req} request did not fit in what the cap left ({room} under the cap, {unalloc} cached). Keep "
+        "less memory alive at once: a smaller batch, a shorter block, or a loss computed in chunks."
+    ),
     "too_little_memory_short": N_(
         "Too little memory: PyTorch's live tensors take {allocated} of the {capacity} card, and "
         "the {req} request did not fit in what was left ({free} free, {unalloc} cached)."

@@ -43,12 +43,14 @@ from .measure import (
     cuda_available,
     cuda_capability,
     cuda_device_name,
+    cuda_driver,
     cuda_total_bytes,
     empty_cache_effect,
     expandable_segments_in_use,
     limit_cuda_memory,
     measure,
     non_pytorch_bytes,
+    phase_peaks,
 )
 from .models import ModelSource, PredictionError, load_model_source
 from .predict import CHECKS, MOMENTS, PHASES, STATES, PhaseResult, checks_run, predict
@@ -91,6 +93,7 @@ __all__ = [
     "cuda_autocast_context",
     "cuda_available",
     "cuda_device_name",
+    "cuda_driver",
     "cuda_total_bytes",
     "empty_cache_effect",
     "expandable_segments_in_use",
@@ -100,6 +103,7 @@ __all__ = [
     "load_model_source",
     "max_batch_size",
     "measure",
+    "phase_peaks",
     "parse_size",
     "predict",
     "segment_size",

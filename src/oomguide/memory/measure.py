@@ -41,6 +41,33 @@ def cuda_capability() -> tuple[int, int]:
     return tuple(torch.cuda.get_device_capability(0))
 
 
+def cuda_driver() -> str | None:
+    """The driver of GPU 0: NVIDIA's driver version where NVML answers, else the CUDA driver API version
+    PyTorch reads (``CUDA 12.4``), else None."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # no pynvml, or no NVML library: what PyTorch knows
+        pass
+    try:
+        number = torch._C._cuda_getDriverVersion()
+    except (AttributeError, RuntimeError):
+        return None
+    return f"CUDA {number // 1000}.{number % 1000 // 10}" if number else None
+
+
+def phase_peaks(reset: bool = True) -> tuple[int, int]:
+    """(allocated, reserved) peaks since the last reset, then reset them: one phase of a real run
+    (``examples/nanogpt_run.py`` calls it at each phase boundary of nanoGPT's train.py)."""
+    out = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
+    if reset:
+        torch.cuda.reset_peak_memory_stats()
+    return out
+
+
 def non_pytorch_bytes() -> int:
     """Memory in use on GPU 0 outside this process's caching allocator (CUDA context, other processes)."""
     free, total = torch.cuda.mem_get_info(0)
@@ -85,6 +112,7 @@ def measure(
     stale_logits: bool = True,
 ) -> PhaseResult:
     """Run `phase` for real on CUDA and report the allocator's peaks. An OOM is a result (fits=False).
+    Compiled with ``torch.compile`` where the config compiles (``compile = True``), as train.py runs it.
 
     As ``predict`` models it: the state before the phase (a real training step for ``state="training"``)
     is built without the cap; then the cache is emptied, the cap set (``set_per_process_memory_fraction``
@@ -108,6 +136,8 @@ def measure(
         model = source.build(config.gpt_config()).to(device)
         model.train()
         optimizer = loop.make_optimizer(model, config, device)
+        if config.compile:  # as train.py: the optimizer on the module, the steps through the compiled one
+            model = torch.compile(model)
         ctx = loop.autocast_context(device, config.dtype)
         train_state = loop.TrainState(model, optimizer, loop.make_scaler(config.dtype, device), ctx)
         if state == "training":
