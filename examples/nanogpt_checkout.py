@@ -394,19 +394,13 @@ class NanoGPT:
         folder, configs, tail, env = job["folder"], job["configs"], job["tail"], job["env"]
         record, output = folder / "oomguide-record.json", folder / "oomguide-output.txt"
         rc = 0
+
+        def made(rc: int, data: dict, text: str) -> Run:
+            fields = ("applied", "scale", "values")
+            return Run(folder, rc, data, text, *(job[f] for f in fields), configs, job["snippets"], job["plan"])
+
         if job["plan"] is not None and job["plan"].skip:  # nothing to run: the test skips with the reason
-            return Run(
-                folder,
-                0,
-                {},
-                "",
-                job["applied"],
-                job["scale"],
-                job["values"],
-                configs,
-                job["snippets"],
-                job["plan"],
-            )
+            return made(0, {}, "")
         if job["checkpoint_first"]:  # the same config from scratch, one iteration: out/ckpt.pt
             record, output = (
                 folder / "oomguide-checkpoint-record.json",
@@ -432,18 +426,7 @@ class NanoGPT:
         elif rc == 0:
             rc = self._serve(folder, ["train.py", *configs, *tail], record, output, env)
         data = json.loads(record.read_text()) if record.exists() else {"error": "no record", "forwards": []}
-        return Run(
-            folder,
-            rc,
-            data,
-            output.read_text(errors="replace"),
-            job["applied"],
-            job["scale"],
-            job["values"],
-            configs,
-            job["snippets"],
-            job["plan"],
-        )
+        return made(rc, data, output.read_text(errors="replace"))
 
     def _serve(self, folder: Path, argv: list[str], record: Path, output: Path, env: dict) -> int:
         """Run one script of the copy (train.py, sample.py) in a runner process; its exit code."""
