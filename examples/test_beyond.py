@@ -18,6 +18,7 @@ import torch
 
 from oomguide import loop, memory
 from oomguide.config import load_config
+from oomguide.memory import reserved
 from oomguide.memory.allocator import AllocConf, parse_alloc_conf
 from oomguide.model import GPT, GPTConfig
 
@@ -260,12 +261,21 @@ def test_four_gb_card(snippet, figure, runner, report):
         # reserved memory (issue 15): the card holds it with PyTorch's defaults, but only with
         # expandable segments does it stay within the target
         expandable = predicted(snippet, "four-gb", phase, alloc_conf=EXPANDABLE)
-        assert mine.fits and expandable.fits
+        assert expandable.fits
+        # with PyTorch's defaults the train step's reserved peak leaves less than the verdict's margin:
+        # borderline, as the page says (memory/reserved.py); the evaluation fits
+        assert mine.verdict == ("borderline" if phase == "train_step" else "fits"), (phase, mine.verdict)
         assert expandable.reserved_bytes <= FOUR_GB_TARGET, memory.fmt_bytes(expandable.reserved_bytes)
         figure(f"four_gb_reserved_{phase}", mine.reserved_bytes, "gib")
         figure(f"four_gb_reserved_expandable_{phase}", expandable.reserved_bytes, "gib")
         if phase == "train_step":
-            assert mine.reserved_bytes > FOUR_GB_TARGET  # the page: "above the target"
+            # the page: borderline, the headroom within the verdict's margin (memory/reserved.py)
+            usable = memory.usable_bytes(FOUR_GB_CARD)
+            assert (
+                mine.reserved_bytes
+                <= usable
+                < reserved.within(mine.reserved_bytes, reserved.RESERVED_UNCERTAINTY)
+            )
             figure(
                 "four_gb_reserved_headroom", memory.usable_bytes(FOUR_GB_CARD) - mine.reserved_bytes, "mib"
             )

@@ -21,6 +21,9 @@ import torch
 
 from conftest import check_says
 from oomguide import loop, memory
+from oomguide.memory.allocator import alloc_conf_from_env, with_expandable_segments
+from oomguide.memory.gpus import DEFAULT_CAPABILITY
+from oomguide.memory.kernels import cublas_workspace_bytes
 from oomguide.model import GPT, GPTConfig
 
 SITUATION = "estimate-loss-oom/situation.py"
@@ -64,9 +67,10 @@ def test_situation_reproduces_the_error(snippet, figure, report):
     assert result.failing_allocation_bytes == logits
     assert result.failing_forward == 2 and result.failing_allocation.startswith("mm -> bfloat16")
     # what is allocated at that moment: weights, the first batch's logits, ln_f's bf16 output, lm_head's
-    # bf16 weight (nothing else bigger than a few MiB)
+    # bf16 weight, cuBLAS's workspace of the main thread (nothing else bigger than a few MiB)
     lnf, lm_head = tokens * config.n_embd * 2, config.vocab_size * config.n_embd * 2
-    parts = n_params(config) * 4 + logits + lnf + lm_head
+    workspace = cublas_workspace_bytes(DEFAULT_CAPABILITY)
+    parts = n_params(config) * 4 + logits + lnf + lm_head + workspace
     assert 0 <= result.allocated_at_failure_bytes - parts < 4 * memory.MiB
     figure("lnf_bf16_bytes", lnf, "mib")
     figure("lm_head_bf16_bytes", lm_head, "mib")
@@ -424,9 +428,14 @@ def test_expected_result(snippet, figure, runner):
         assert result.fits, f"{phase}: {memory.fmt_bytes(result.peak_bytes)}"
         predicted = SimpleNamespace(**expected["phases"][phase])  # what `oomguide check` says
         figure(f"expected_peak_{phase}", predicted.peak_bytes, "gib")
-        # the largest batch that fits for certain, and with expandable segments: what check says
-        figure(f"expected_max_batch_{phase}", predicted.max_batch_size, "int")
-        figure(f"expected_max_batch_expandable_{phase}", predicted.max_batch_size_expandable_segments, "int")
+        # the largest batch that fits for certain, and with expandable segments
+        figure(f"expected_max_batch_{phase}", memory.max_batch_size(config, phase, memory.DEFAULT_GPU_MEMORY), "int")
+        expandable = with_expandable_segments(alloc_conf_from_env())
+        figure(
+            f"expected_max_batch_expandable_{phase}",
+            memory.max_batch_size(config, phase, memory.DEFAULT_GPU_MEMORY, alloc_conf=expandable),
+            "int",
+        )
     runner.scaled_down(config, label="expected result")
 
 

@@ -110,7 +110,9 @@ def test_resume_as_nanogpt_does_it(snippet, figure, report):
     train, fresh = out["phases"]["train_step"], scratch["phases"]["train_step"]
     kept = train["breakdown"]["weights"] - fresh["breakdown"]["weights"]
     assert kept == weights, "train.py's state_dict keeps the checkpoint's weights on the card"
-    assert fresh["fits"] and not train["fits"], "from scratch it fits; resumed it does not"
+    # the page's words: from scratch borderline; resumed, even the allocated peak is over the card
+    assert fresh["verdict"] == "borderline", fresh
+    assert train["verdict"] == "does_not_fit", "resumed, the training step does not fit"
     figure("scratch_train_peak", fresh["peak_bytes"], "gib")
     figure("scratch_train_reserved", fresh["reserved_bytes"], "gib")
     figure("resume_train_peak", train["peak_bytes"], "gib")
@@ -141,7 +143,7 @@ def test_resume_with_the_checkpoint_on_the_cpu(figure, report):
     for phase in ("train_step", "estimate_loss"):
         assert out["phases"][phase]["peak_bytes"] == scratch["phases"][phase]["peak_bytes"], phase
         assert out["phases"][phase]["reserved_bytes"] == scratch["phases"][phase]["reserved_bytes"], phase
-    assert out["phases"]["train_step"]["fits"]
+    assert out["phases"]["train_step"]["verdict"] == scratch["phases"]["train_step"]["verdict"]
     figure("fixed_train_peak", out["phases"]["train_step"]["peak_bytes"], "gib")
     figure("fixed_first_eval_peak", out["phases"]["estimate_loss_first"]["peak_bytes"], "gib")
     report(

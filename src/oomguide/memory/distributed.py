@@ -35,10 +35,10 @@ from . import batches, prefetch, reserved
 from .compiled import compiled_context
 from .cuda_model import block_size, cuda_autocast_context, segment_size
 from .gpus import DEFAULT_CAPABILITY
-from .kernels import CudaKernels
+from .kernels import CudaKernels, cublas_workspace_bytes
 from .models import ModelSource, no_init
 from .phases import fake_batch, run_phase
-from .predict import PHASES, PhaseResult, second_batch
+from .predict import PHASES, PhaseResult, _blas_threads_before, second_batch
 from .tracker import AllocationTracker, as_judged
 from .units import CONTEXT_BYTES, usable_bytes
 
@@ -468,6 +468,7 @@ def predict(
             with mode, kernels:
                 model.to_empty(device="cpu")
                 model.train()
+                _workspaces(model, kernels, fake, phase, state, tracker, later)
                 _run_fsdp_phase(
                     model, run_config, phase, tracker, state, ctx, batch, eval_iters, stale_logits, later
                 )
@@ -476,6 +477,7 @@ def predict(
                 with no_init() if fake else _nothing():
                     model = source.build(gpt_config, compiled)
                 model.train()
+                _workspaces(model, kernels, fake, phase, state, tracker, later)
                 buckets = _ddp_buckets(  # alive as long as DDP is
                     model, tracker, parallel.gradient_as_bucket_view, run_config.gradient_accumulation_steps
                 )
@@ -512,6 +514,16 @@ def predict(
         alloc_conf,
         family,
     )
+
+
+def _workspaces(model, kernels, fake, phase, state, tracker, later) -> None:
+    """cuBLAS's workspaces of a rank, as one GPU's (``predict._blas_threads_before``), on fake tensors."""
+    like = next(model.parameters(), None)
+    like = getattr(like, "_local_tensor", like)  # FSDP2: the DTensor's local shard
+    workspace = cublas_workspace_bytes(kernels.capability) if fake else 0
+    tracker.workspaces(workspace, _blas_threads_before(phase, state), like)
+    if later is not None:
+        later.workspaces(workspace, ("forward", "backward"), like)
 
 
 def _result(tracker, phase, batch, budget, kernels) -> PhaseResult:
