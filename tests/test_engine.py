@@ -215,7 +215,9 @@ def test_fake_prediction_equals_the_tracker_on_real_tensors(phase, dtype):
     config = load_config([], TINY + [f"dtype={dtype}", "gradient_accumulation_steps=2"])
     fake = memory.predict(config, phase, fake=True)
     real = memory.predict(config, phase, fake=False)
-    assert abs(fake.peak_bytes - real.peak_bytes) <= 0.01 * real.peak_bytes
+    # the fake prediction is a CUDA run's, with cuBLAS's workspaces; real CPU tensors have none
+    cuda_only = fake.breakdown.get("workspaces", 0)
+    assert abs(fake.peak_bytes - cuda_only - real.peak_bytes) <= 0.01 * real.peak_bytes
     assert fake.largest_allocation_bytes == real.largest_allocation_bytes
 
 

@@ -298,7 +298,9 @@ class AllocationTracker(TorchDispatchMode):
         workspace = like.new_empty(self.workspace, dtype=torch.uint8)
         self._workspaces[thread] = workspace
         self._sweep()
-        alloc = Allocation(self.workspace, "cublas_workspace", (self.workspace,), "uint8", self.moment)
+        # named by the matrix product that takes it (an op the card runs), as its other allocations are
+        op = cuda_op_name(str(func.overloadpacket.__name__))
+        alloc = Allocation(self.workspace, op, (self.workspace,), "uint8", self.moment)
         if self.budget is not None and self.failing is None and self.current + self.workspace > self.budget:
             self.failing = alloc
             self.allocated_at_failure = self.current
