@@ -303,7 +303,7 @@ WORDS = {
     "env": N_("the shell that starts `python train.py`, before that command"),
     "replace:function": N_("in `{file}`, this code replaces the function `{target}()`"),
     "replace:method": N_("in `{file}`, this `{name}` replaces the method `{target}`"),
-    "rest": N_("; the lines above it go just before `class {owner}`"),
+    "rest": N_("; the lines before `def {name}` in the snippet go just before `class {owner}`"),
     "replace_line": N_("in `{file}`, this replaces the line `{target}`{within}"),
     "before": N_("in `{file}`, just before the line `{target}`{within}, at its indentation"),
     "after": N_("in `{file}`, just after the line `{target}`{within}"),
