@@ -295,7 +295,8 @@ def test_nanochat_beside_nanogpt(nanochat_checkout, monkeypatch, report):
     expected = json.loads(cli.stdout)["phases"]["train_step"]
     step = namespace["nanochat"]["phases"]["train_step"]
     assert (step["peak_bytes"], step["breakdown"]) == (expected["peak_bytes"], expected["breakdown"])
-    assert list(expected["breakdown"]) == list(memory.CATEGORIES)  # the same five categories as nanoGPT's
+    # nanoGPT's five categories; cuBLAS's workspaces, nanoGPT's sixth, are not modelled for nanochat
+    assert list(expected["breakdown"]) == list(memory.CATEGORIES)
 
     # the chart: one bar per project, stacked by category, summing to each train step's peak
     nanogpt = memory.predict(load_config(), "train_step")
