@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from oomguide import checkout, config, i18n, messages, units, verdict
+from oomguide import checkout, config, figures, i18n, messages, units, verdict
 from oomguide.cli import main
 from oomguide.memory import gpus
 
@@ -93,13 +93,25 @@ def test_common_errors_are_translated_with_their_figures(tmp_path):
     unmatched = [e for e in errors if messages.match(e) is None]
     assert not unmatched, f"library messages no msgid of oomguide.messages matches: {unmatched}"
     for text in errors:
-        _, values = messages.match(text)
+        msgid, values = messages.match(text)
         for lang in i18n.LANGS[1:]:
             translated = messages.translate(text, lang)
             assert translated != text, f"{lang}: left in English: {text}"
-            for value in values.values():  # paths, sizes, names: as the library wrote them
+            for name, value in values.items():  # paths, sizes, names: as the library wrote them
+                if name in messages.COMPUTED_SIZES.get(msgid, ()) and value[:1] not in "'\"":
+                    value = figures.format_bytes(units.parse_size(value), lang)
                 if value and " or " not in value:
                     assert value in translated, f"{lang}: {value!r} lost in {translated!r}"
+
+
+@pytest.mark.parametrize("lang", i18n.LANGS)
+def test_a_size_the_tool_computed_is_written_in_the_readers_language(capsys, lang):
+    """Issue 31: --gpu-memory 1MiB's error set the CUDA context's 256 MiB aside as "256.00 MiB" in
+    every language; the size the reader typed stays as typed."""
+    with pytest.raises(SystemExit):
+        main(["check", "--gpu-memory", "1MiB", "--lang", lang])
+    err = capsys.readouterr().err
+    assert "'1MiB'" in err and figures.format_bytes(units.CONTEXT_BYTES, lang) in err, err
 
 
 def nanochat_errors(tmp_path) -> list[str]:

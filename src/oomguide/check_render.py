@@ -24,8 +24,8 @@ TEXT: dict[str, str] = {
     "usage_error": N_("oomguide: error: {message}"),
     "progress": N_("searching the largest batch_size for {phase}: [{bar}] {done} predictions"),
     # the run: card, allocator, processes, settings, vocab, code, PyTorch
-    # TRANSLATORS: sizes ({total}, {peak}, ...) come as PyTorch prints them ("8.30 GiB") in every
-    # language, so that the reader finds them in their log; keep config keys, op names and options.
+    # TRANSLATORS: sizes ({total}, {peak}, ...) are oomguide's own figures, already written as the
+    # language writes sizes ("11,69 Gio"); keep config keys, op names and options.
     "card": N_(
         "card: {gpu}, compute capability {capability}: {total} total, {usable} for PyTorch "
         "({context} set aside for the CUDA context)"

@@ -7,9 +7,9 @@ msgid is the library's own sentence with its variable parts written as ``{placeh
 is turned into a pattern (literal text matched exactly, a placeholder matching anything), so the
 sentence and its pattern are one string and cannot disagree. A match gives the catalog's sentence
 with the same values put back: paths, sizes as PyTorch prints them (``8.30 GiB``), config keys
-and figures stay exactly as the library wrote them (a card's size in ``CARD_SIZES``, which the
-library computed, is written as the language writes numbers). A placeholder named ``reason`` or ``code``
-holds another of these messages and is translated in turn, one named ``reader`` one of
+and figures stay exactly as the library wrote them (a card's size in ``CARD_SIZES`` and the sizes
+in ``COMPUTED_SIZES``, which the library computed, are written as the language writes numbers and
+sizes). A placeholder named ``reason`` or ``code`` holds another of these messages and is translated in turn, one named ``reader`` one of
 ``READERS``; one named ``places`` (folders) is listed with the language's separator; one named ``choices`` is a list of
 names joined by " or ", joined again with the language's word. Text that matches no msgid is
 shown as it is, in English.
@@ -37,6 +37,16 @@ READERS: tuple[str, ...] = (
 )
 # a card's size the library computed ("a 11.69 GiB card"): its number is written as the language writes numbers
 CARD_SIZES = ("a {size} GiB card", "an {size} GiB card")
+# TRANSLATORS: --gpu-memory's value (or a card's table size) below the CUDA context: {size} as the
+# reader typed it, quoted ('1MiB'), or a size the library computed; {context}: a size the library computed
+CARD_TOO_SMALL = N_(
+    "a card of {size} leaves nothing for PyTorch once the {context} of the CUDA context are set "
+    "aside: give the card's total memory as PyTorch reports it, e.g. 11.69GiB"
+)
+# sizes the library computed and wrote with units.fmt_bytes ("256.00 MiB"), by msgid and placeholder: written
+# as the language writes sizes (figures.format_bytes); a size as the reader typed it ('1MiB') is left as it is
+COMPUTED_SIZES = {CARD_TOO_SMALL: ("size", "context")}
+_FMT_BYTES = re.compile(r"(\d+\.\d+) (GiB|MiB)")
 # TRANSLATORS: between two card names the reader chooses from ("RTX 4060 Ti 8GB or RTX 4060 Ti 16GB")
 OR = N_(" or ")
 
@@ -172,10 +182,7 @@ MESSAGES: tuple[str, ...] = (
     N_("unknown size unit {unit} in {text} (use GiB, GB, MiB or MB)"),
     N_("size must be above zero, got {text}"),
     N_("a card's memory cannot be negative, got {text}: give its total, e.g. 11.69GiB"),
-    N_(
-        "a card of {size} leaves nothing for PyTorch once the {context} of the CUDA context are set "
-        "aside: give the card's total memory as PyTorch reports it, e.g. 11.69GiB"
-    ),
+    CARD_TOO_SMALL,
     # TRANSLATORS: errors: the checkout and the processes (checkout.py, verdict.py).
     # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
     # key, a figure), put back unchanged: keep them all.
@@ -342,4 +349,11 @@ def translate(text: str, lang: str) -> str:
         from .figures import format_figure
 
         values["size"] = format_figure(float(values["size"]), "float", lang)
+    for name in COMPUTED_SIZES.get(msgid, ()):
+        computed = _FMT_BYTES.fullmatch(values[name])
+        if computed:
+            from .figures import format_bytes
+
+            unit = 1024**3 if computed[2] == "GiB" else 1024**2
+            values[name] = format_bytes(float(computed[1]) * unit, lang)
     return _(msgid).format(**values)
