@@ -623,7 +623,7 @@ def test_cached_is_reserved_but_unallocated():
     assert "other_processes" not in result.diagnosis and "fragmentation" in result.diagnosis
     text = ex.render(result, "en")
     assert "reserved by PyTorch, unallocated: 5.90 GiB" in text
-    assert "reserved by PyTorch in total: 10.90 GiB" in text
+    assert "reserved by PyTorch in total (allocated + cached): 10.90 GiB" in text
     # the same figures as a 1.4-2.0 message with R = A + cached read the same
     same = ex.explain(old_message(2 * GiB, capacity, allocated, free, allocated + cached)).figures
     assert (same.reserved, same.reserved_unallocated) == (figs.reserved, figs.reserved_unallocated)

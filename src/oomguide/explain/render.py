@@ -46,6 +46,12 @@ def _size(n: int, lang: str) -> str:
     return figures.format_figure(n, "kib" if n <= 1024**2 else "mib" if n <= 1024**3 else "gib", lang)
 
 
+def _unallocated(figs, lang: str) -> str:
+    """The reserved-but-unallocated memory: as the message printed it where it prints it (2.1+, and
+    1.0-1.3's "cached"), else computed (reserved − allocated in 1.4 to 2.0) and written as `lang` writes sizes."""
+    return figs.printed.get("reserved_unallocated") or _size(figs.reserved_unallocated, lang)
+
+
 def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
     """One line per dtype and vocab: its most plausible (batch, block), then the others of the same size.
 
@@ -105,11 +111,13 @@ def _figure_rows(result: Explanation, lang: str) -> list[str]:
     if figs.format != "short":  # the short form does not split this process's memory
         rows.append(("allocated", figs.printed["allocated"]))
     if figs.format not in ("short", "cudaMallocAsync"):  # neither says what is cached
-        rows.append(("reserved_unallocated", fmt(figs.reserved_unallocated)))
+        # printed by 2.1+ ("… is reserved by PyTorch but unallocated") and 1.0-1.3 ("cached"), else computed
+        printed = "reserved_unallocated" in figs.printed
+        rows.append(("reserved_unallocated" if printed else "reserved_unallocated_computed", _unallocated(figs, lang)))
     if figs.format == "pre-2.1":
         rows.append(("reserved", figs.printed["reserved"]))
     if figs.format == "1.0-1.3":  # "cached" is the unallocated part: the total is A + cached
-        rows.append(("reserved", fmt(figs.reserved)))
+        rows.append(("reserved_computed", fmt(figs.reserved)))
     if figs.non_pytorch is not None and figs.format != "short":
         rows.append(("non_pytorch", fmt(figs.non_pytorch)))
     if figs.other_processes is not None:
@@ -217,7 +225,7 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
         capacity=figs.printed["capacity"],
         free=figs.printed["free"],
         allocated=figs.printed.get("allocated", fmt(figs.allocated)),
-        unalloc=fmt(figs.reserved_unallocated),
+        unalloc=_unallocated(figs, lang),
         sum=fmt(figs.free + figs.reserved_unallocated),
         outside=fmt(figs.outside_pytorch),
         other=fmt(figs.other_processes or 0),
@@ -281,7 +289,8 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
             key = "dis_other_explains" if item["explains"] else "dis_other_partly"
             text = t(TEXT[key]).format(other=fmt(item["bytes"]), room=fmt(item["room_bytes"]))
         elif code == "fragmentation":
-            text = t(TEXT["dis_fragmentation"]).format(unalloc=fmt(item["bytes"]))
+            unalloc = _unallocated(figs, lang) if item["bytes"] == figs.reserved_unallocated else fmt(item["bytes"])
+            text = t(TEXT["dis_fragmentation"]).format(unalloc=unalloc)
         else:  # allocated_beyond_prediction
             text = t(TEXT["dis_allocated"]).format(
                 allocated=figs.printed.get("allocated", fmt(figs.allocated)),

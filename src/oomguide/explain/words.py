@@ -52,6 +52,9 @@ TEXT: dict[str, str] = {
     "allocated": N_("allocated by PyTorch"),
     "reserved_unallocated": N_("reserved by PyTorch, unallocated"),
     "reserved": N_("reserved by PyTorch in total"),
+    # the same two where the message does not print them (PyTorch 1.4-2.0, 1.0-1.3): computed, and said so
+    "reserved_unallocated_computed": N_("reserved by PyTorch, unallocated (reserved − allocated)"),
+    "reserved_computed": N_("reserved by PyTorch in total (allocated + cached)"),
     "non_pytorch": N_("non-PyTorch memory of this process (in use − allocated − unallocated)"),
     "other_processes": N_("used by other processes (capacity − free − in use)"),
     "outside_pytorch": N_("outside PyTorch's allocator (capacity − free − reserved)"),
@@ -116,8 +119,7 @@ TEXT: dict[str, str] = {
         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True removes that doubt)"
     ),
     "pred_no": N_(
-        '{phase}: predicted peak {peak}, does not fit; the first allocation that fails: "Tried to '
-        'allocate {fail}" ({what})'
+        "{phase}: predicted peak {peak}, does not fit; the first allocation that fails asks for {fail} ({what})"
     ),
     "pred_same": N_("the same size as in this message"),
     "pred_diff": N_("this message: {req}"),
@@ -250,8 +252,8 @@ TEXT: dict[str, str] = {
         "the caching allocator for this run alone, not what earlier work in the same process left cached."
     ),
     "dis_allocated": N_(
-        "PyTorch held {allocated} and asked for {req} more: {total}, {excess} beyond the predicted "
-        "peak. Tensors the prediction does not know about were alive: torch.compile's buffers, tensors "
+        "PyTorch held {allocated} and asked for {req} more ({allocated} + {req} = {total}), {excess} beyond "
+        "the predicted peak. Tensors the prediction does not know about were alive: torch.compile's buffers, tensors "
         "your script keeps, or a config that differs from the run's."
     ),
     "dis_none": N_(
