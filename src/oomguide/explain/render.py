@@ -113,7 +113,9 @@ def _figure_rows(result: Explanation, lang: str) -> list[str]:
     if figs.format not in ("short", "cudaMallocAsync"):  # neither says what is cached
         # printed by 2.1+ ("… is reserved by PyTorch but unallocated") and 1.0-1.3 ("cached"), else computed
         printed = "reserved_unallocated" in figs.printed
-        rows.append(("reserved_unallocated" if printed else "reserved_unallocated_computed", _unallocated(figs, lang)))
+        rows.append(
+            ("reserved_unallocated" if printed else "reserved_unallocated_computed", _unallocated(figs, lang))
+        )
     if figs.format == "pre-2.1":
         rows.append(("reserved", figs.printed["reserved"]))
     if figs.format == "1.0-1.3":  # "cached" is the unallocated part: the total is A + cached
@@ -289,7 +291,9 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
             key = "dis_other_explains" if item["explains"] else "dis_other_partly"
             text = t(TEXT[key]).format(other=fmt(item["bytes"]), room=fmt(item["room_bytes"]))
         elif code == "fragmentation":
-            unalloc = _unallocated(figs, lang) if item["bytes"] == figs.reserved_unallocated else fmt(item["bytes"])
+            unalloc = (
+                _unallocated(figs, lang) if item["bytes"] == figs.reserved_unallocated else fmt(item["bytes"])
+            )
             text = t(TEXT["dis_fragmentation"]).format(unalloc=unalloc)
         else:  # allocated_beyond_prediction
             text = t(TEXT["dis_allocated"]).format(
