@@ -106,11 +106,13 @@ def written_messages() -> list[tuple[str, int, str, ast.AST]]:
                 kind = "error"
             elif name == "warn" and getattr(func.value, "id", None) == "warnings":
                 kind = "warning"
-            elif name == "append" and "notes" in ast.unparse(func.value):
+            elif name in ("append", "insert") and "notes" in ast.unparse(func.value):
                 kind = "note"
+            elif name in ("append", "insert") and "assumptions" in ast.unparse(func.value):
+                kind = "assumption"  # check --nanochat's "assumed: …" lines
             else:
                 continue
-            out.append((module, node.lineno, kind, node.args[0]))
+            out.append((module, node.lineno, kind, node.args[-1]))
     return out
 
 
@@ -286,6 +288,46 @@ def test_every_note_in_every_language(name, tmp_path):
             for key, value in found[1].items():  # the values, kept (those of other messages translated)
                 if value and key not in (*messages.RECURSIVE, "reader"):
                     assert value in translated, f"{name} ({lang}): {value!r} lost in {translated!r}"
+
+
+# --- at run time: what the recorded outputs print ---------------------------------------------
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+# English function words that no ja, zh, de or fr sentence of the tool has outside quotes and code
+_ENGLISH = re.compile(r"\b(?:the|is|of|and|but|from|with|was|which|are|not|its)\b")
+_QUOTED = re.compile(r"`[^`]*`|'[^']*'|\"[^\"]*\"|\([^()]*Tried to allocate[^()]*\)")
+
+
+def english_lines(text: str) -> list[tuple[str, int, str]]:
+    """(language, line number, line) of each line in a language other than English that reads as an
+    English sentence: two English function words outside quotes. A recorded output holds one block per
+    language, each after its ``$ oomguide … --lang xx`` line."""
+    out, lang = [], None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("$ oomguide"):
+            found = re.search(r"--lang (\w+)", line)
+            lang = found.group(1) if found else i18n.SOURCE_LANG
+            continue
+        if lang in (None, i18n.SOURCE_LANG):
+            continue
+        if len(_ENGLISH.findall(_QUOTED.sub("", line))) >= 2:
+            out.append((lang, number, line.strip()))
+    return out
+
+
+def test_english_lines_are_found():
+    text = "$ oomguide check x --lang de\nHinweis: init_from='resume' but no out/ckpt.pt found in the config\nOK: `the list of it`\n"
+    assert [n for _, n, _ in english_lines(text)] == [2]
+
+
+def test_no_english_sentence_in_any_recorded_output():
+    """Every output the goldens record (check and explain, nanoGPT and nanochat, every language) is
+    read line by line: a note explain left untranslated, or nanochat's assumptions, printed in English
+    in every language, as they did before this test."""
+    files = sorted(GOLDEN.rglob("*.txt"))
+    assert len(files) > 20, "no recorded outputs found"
+    found = [f"{f.relative_to(GOLDEN)}:{n} ({lang}): {line}" for f in files for lang, n, line in english_lines(f.read_text(encoding="utf-8"))]
+    assert not found, "English in the reader's language:\n" + "\n".join(found)
 
 
 # --- at run time: --help --------------------------------------------------------------------

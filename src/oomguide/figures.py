@@ -23,7 +23,7 @@ LANGS = ("en", "ja", "zh", "de", "fr")
 # {{ key }} or {{ page.key }}; keys are [a-z0-9_], pages are file stems.
 PLACEHOLDER = re.compile(r"\{\{\s*(?:(?P<page>[a-z0-9][a-z0-9-]*)\.)?(?P<key>[a-z0-9_]+)\s*\}\}")
 
-UNITS = ("gib", "mib", "kib", "gb", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark", "verdict")
+UNITS = ("gib", "mib", "kib", "gb", "bytes", "int", "code", "millions", "ratio", "percent", "seconds", "float", "mark", "verdict")
 # oomguide's verdict in a table, the same in every language (the page's legend says which is which):
 # 2 fits, 1 borderline, 0 does not fit
 VERDICT_SIGNS = ("\u2717", "\u2248", "\u2713")
@@ -133,6 +133,15 @@ def _seconds(value: float, decimals: int, lang: str) -> str:
     return text.replace(" ", UNIT_SPACE[lang])
 
 
+def _bytes(value: int, lang: str) -> str:
+    from babel.units import format_unit
+
+    text = format_unit(value, "digital-byte", length="long", locale=lang, format="#,##0")
+    if lang == "zh":  # CLDR: 512字节
+        text = re.sub(r"^([\d.,]+)(?=[^\d.,\s])", r"\1 ", text)
+    return text.replace(" ", UNIT_SPACE[lang]).replace("\xa0", UNIT_SPACE[lang])
+
+
 def _ratio(value: float, decimals: int, lang: str) -> str:
     return gettext_for(lang, "site")(RATIO).format(number=_number(value, decimals, lang, trim=True))
 
@@ -147,6 +156,8 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
         divisor, symbols, default = _BYTE_UNITS[unit]
         number = _number(value / divisor, 2 if decimals is None else decimals, lang)
         return f"{number}{UNIT_SPACE[lang]}{symbols.get(lang, default)}"
+    if unit == "bytes":  # a size under 1 KiB, in CLDR's long unit word (512 bytes, 512 バイト, 512 octets)
+        return _bytes(round(value), lang)
     if unit == "int":
         return _number(round(value), 0, lang)
     if unit == "code":  # a value inside code (`block_size = 1024`): Python's spelling in every language

@@ -28,7 +28,7 @@ import re
 
 from .i18n import N_, SOURCE_LANG, gettext_for
 
-RECURSIVE = ("reason", "code")
+RECURSIVE = ("reason", "code", "vocab_source")
 # TRANSLATORS: the code that reads a key only the guide's change adds ({reader} in a note below)
 READERS: tuple[str, ...] = (
     N_("train.py's estimate_loss()"),
@@ -299,6 +299,49 @@ MESSAGES: tuple[str, ...] = (
         "every max_new_tokens fits: generate() crops the context at block_size ({block} tokens) "
         "from max_new_tokens = {n} on"
     ),
+    # TRANSLATORS: check --nanochat: why nanochat computes in its dtype (nanochat/common.py decides)
+    N_("the card's compute capability is 8.0 or newer (nanochat/common.py)"),
+    N_("the card's compute capability is below 8.0 (nanochat/common.py)"),
+    N_("NANOCHAT_DTYPE={value} in the environment"),
+    # TRANSLATORS: check --nanochat: what the prediction assumes ("assumed: …" lines); {vocab_source}
+    # is one of the two sentences after it
+    N_("vocabulary {vocab}: {vocab_source}"),
+    N_("the tokenizer of --tokenizer (--vocab-size={n})"),
+    N_("tok_train.py's --vocab-size default (the tokenizer speedrun.sh trains; --tokenizer names another)"),
+    N_(
+        "CORE evaluation: {rows} rows (the most choices of a CORE task) of max_seq_len tokens each, "
+        "an upper bound (the eval bundle is not read)"
+    ),
+    N_(
+        "chat evaluation: categorical prompts padded to the model's context ({seq} tokens, an upper bound), "
+        "generative prompts of {prompt} tokens (the task data is not read)"
+    ),
+    N_("chat_rl: a GSM8K prompt of {n} tokens, every sample generated to --max-new-tokens"),
+    N_("chat: a conversation as long as the model's context ({n} tokens before the reply of {reply})"),
+    N_(
+        "--fp8 on compute capability {capability}: base_train converts the Linear layers anyway, and "
+        "torch._scaled_mm (8.9 or newer) would stop its first training step with a RuntimeError, not an "
+        "out-of-memory error; predicted without fp8"
+    ),
+    N_("--fp8: this checkout has no nanochat/fp8.py; predicted without fp8"),
+    N_(
+        "--fp8: the training step with nanochat's Float8LinearConfig and convert_to_float8_training "
+        "(base_train's filter: dimensions multiples of 16, at least 128), run on fake tensors; evaluation "
+        "and sampling in the compute dtype (base_train's disable_fp8); each quantisation (nanochat/fp8.py's "
+        "_to_fp8) as Inductor fuses it in the compiled model: the float8 tensor and its scale, no float32 copy"
+    ),
+    N_(
+        "attention: FA3 (nanochat loads it with the kernels package on sm80-sm90 in bfloat16), modelled "
+        "as its output and log-sum-exp"
+    ),
+    N_("attention: nanochat's SDPA fallback (no FA3 on this card or dtype)"),
+    N_("SDPA fallback with sliding windows: an explicit mask per short-window layer, as nanochat builds it"),
+    N_(
+        "torch.compile (training model): modelled as eager with Inductor's fused loss, the logits' cast "
+        "and softcap fused into it"
+    ),
+    N_("MuonAdamW's compiled steps run eagerly: their temporaries are an upper bound"),
+    N_("not installed, stood in for the import only (never used by the prediction): {modules}"),
 )
 
 

@@ -18,11 +18,12 @@ import functools
 from .. import figures
 from ..check_render import phase_title
 from ..i18n import gettext_for
+from ..messages import translate
 from .diagnosis import Explanation
 from .formats import format_size
 from .links import read_next
 from .tensors import ITEMSIZE, SIXTEEN_BIT, TENSOR_NAMES
-from .words import TEXT
+from .words import FORMAT_NAMES, TEXT
 
 
 def _int(n: int, lang: str) -> str:
@@ -41,9 +42,14 @@ def _gb(n: int, lang: str) -> str:
 def _size(n: int, lang: str) -> str:
     """A size computed here, in the unit PyTorch's ``format_size`` would pick, written as `lang` writes
     numbers (2.30 GiB, 2,30 GiB, 2,30 Gio); up to 1 KiB in bytes, as PyTorch prints them."""
-    if n <= 1024:
-        return format_size(n)
+    if n <= 1024:  # PyTorch's "0 bytes" in English; the language's own word elsewhere (0 Byte, 0 octet)
+        return format_size(n) if lang == "en" else figures.format_figure(n, "bytes", lang)
     return figures.format_figure(n, "kib" if n <= 1024**2 else "mib" if n <= 1024**3 else "gib", lang)
+
+
+def _format_name(label: str, t) -> str:
+    """The message format as the title names it: the PyTorch versions that print it, in the reader's words."""
+    return t(FORMAT_NAMES[label]) if label in FORMAT_NAMES else label
 
 
 def _unallocated(figs, lang: str) -> str:
@@ -318,7 +324,7 @@ def _link_lines(result: Explanation, lang: str) -> list[str]:
 def _render_no_request(result: Explanation, lang: str) -> str:
     t = gettext_for(lang)
     figs = result.figures
-    lines = [t(TEXT["title_no_request"]).format(format=figs.format)]
+    lines = [t(TEXT["title_no_request"]).format(format=_format_name(figs.format, t))]
     if result.messages_found > 1:
         lines.append(t(TEXT["several"]).format(n=result.messages_found))
     if result.context:
@@ -344,7 +350,7 @@ def render(result: Explanation, lang: str = "en") -> str:
         return _render_no_request(result, lang)
     t = gettext_for(lang)
     figs = result.figures
-    lines = [t(TEXT["title"]).format(gpu=figs.gpu, format=figs.format)]
+    lines = [t(TEXT["title"]).format(gpu=figs.gpu, format=_format_name(figs.format, t))]
     if result.messages_found > 1:
         lines.append(t(TEXT["several"]).format(n=result.messages_found))
     if result.context:
@@ -352,7 +358,7 @@ def render(result: Explanation, lang: str = "en") -> str:
     if result.moment and result.moment != result.context:
         lines.append(t(TEXT[f"moment_{result.moment}"]))
     for note in result.warnings:
-        lines.append(t(TEXT["note"]).format(note=note))
+        lines.append(t(TEXT["note"]).format(note=translate(note, lang)))
     lines += ["", t(TEXT["h_figures"]), *_figure_rows(result, lang)]
     lines += ["", t(TEXT["h_tensor"]), *_tensor_lines(result, lang)]
     if result.prediction is not None:

@@ -12,6 +12,14 @@ from __future__ import annotations
 
 from ..i18n import N_
 
+# TRANSLATORS: the message format in the title ("message format: PyTorch 1.4 to 2.0"): the PyTorch
+# versions that print it; "2.1+" and "CUDA error" are shown as they are
+FORMAT_NAMES: dict[str, str] = {
+    "pre-2.1": N_("1.4 to 2.0"),
+    "1.0-1.3": N_("1.0 to 1.3"),
+    "short": N_("short form"),
+}
+
 TEXT: dict[str, str] = {
     "title": N_("CUDA out of memory on GPU {gpu} (message format: PyTorch {format})"),
     "several": N_("{n} OOM messages in the input; explaining the last one."),

@@ -217,7 +217,9 @@ def _make(code, checkout: Path, command: Command, args, from_base, environ, voca
     elif command.script in ("chat_cli", "chat_web"):
         max_tokens = 256  # chat_cli.py's generate_kwargs
         plan.phases.append(PhaseSpec("chat", "generate", 1, prompt=seq - max_tokens, max_tokens=max_tokens, top_k=args.top_k, temperature=args.temperature, optimizer_state=False, searched=False))
-        plan.assumptions.append(f"chat: a conversation as long as the model's context ({seq - max_tokens} tokens before the reply of 256)")
+        plan.assumptions.append(
+            f"chat: a conversation as long as the model's context ({seq - max_tokens} tokens before the reply of {max_tokens})"
+        )
     return plan
 
 
@@ -247,7 +249,7 @@ def _chat_eval_phases(batch, seq, num_samples, max_new_tokens, top_k, temperatur
 _CORE_ASSUMPTION = (
     f"CORE evaluation: {CORE_ROWS} rows (the most choices of a CORE task) of max_seq_len tokens each, "
     "an upper bound (the eval bundle is not read)"
-)
+)  # each assumption is a msgid of messages.py: the output says it in the reader's language
 
 
 def _base_train(code, checkout: Path, command: Command, args, vocab: int) -> Plan:

@@ -13,9 +13,9 @@ from ..i18n import N_, gettext_for
 from ..messages import translate
 
 TEXT = {
-    "run": N_("nanochat: {script} in {n} process(es), figures per rank; model {shape} from {source}"),
+    "run": N_("nanochat: {script}, processes: {n}, figures per rank; model {shape} from {source}"),
     "batch": N_(
-        "--device-batch-size {dbs}, total batch {total} tokens -> {steps} gradient accumulation step(s) per rank"
+        "--device-batch-size {dbs}, total batch of {total} tokens -> gradient accumulation steps per rank: {steps}"
     ),
     "dtype": N_("compute dtype: {dtype} ({why})"),
     "card": N_("card: {gpu}, compute capability {capability}: {total} total, {usable} for PyTorch"),
@@ -30,8 +30,8 @@ TEXT = {
     "fail_at": N_("would fail at: Tried to allocate {size} ({op}), with {allocated} already allocated"),
     "max_batch": N_("largest --device-batch-size that fits: {n}"),
     "max_batch_accum": N_(
-        "largest --device-batch-size that fits and that the script accepts: {n} ({steps} gradient accumulation "
-        "step(s) per rank)"
+        "largest --device-batch-size that fits and that the script accepts: {n} (gradient accumulation steps "
+        "per rank: {steps})"
     ),
     "accepted": N_("the script accepts --device-batch-size {values} (its assert on the total batch)"),
     "max_batch_none": N_("not even --device-batch-size=1 fits"),
@@ -67,11 +67,16 @@ def render(out: dict, lang: str = "en") -> str:
     ]
     if out["gradient_accumulation_steps"] is not None:
         lines.append(
-            say("batch", dbs=out["device_batch_size"], total=out["total_batch_size"], steps=out["gradient_accumulation_steps"])
+            say(
+                "batch",
+                dbs=out["device_batch_size"],
+                total=figures.format_figure(out["total_batch_size"], "int", lang),
+                steps=out["gradient_accumulation_steps"],
+            )
         )
     if out.get("accepted_device_batch_sizes"):
         lines.append(say("accepted", values=", ".join(map(str, out["accepted_device_batch_sizes"]))))
-    lines.append(say("dtype", dtype=out["compute_dtype"], why=out["compute_dtype_from"]))
+    lines.append(say("dtype", dtype=out["compute_dtype"], why=translate(out["compute_dtype_from"], lang)))
     lines.append(
         say(
             "card",
@@ -82,7 +87,7 @@ def render(out: dict, lang: str = "en") -> str:
         )
     )
     lines.append(common("allocator", setting=translate(out["alloc_conf"], lang)))
-    lines += [say("assumed", what=a) for a in out["assumptions"]]
+    lines += [say("assumed", what=translate(a, lang)) for a in out["assumptions"]]
     for name, r in out["phases"].items():
         lines.append("")
         borderline = r.get("verdict") == "borderline"
