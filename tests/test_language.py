@@ -151,6 +151,10 @@ class Term:
     code: bool = False  # matched with code spans kept (a rule about the words around an identifier)
 
 
+# English words that name two concepts, each with its own entry (a term of the glossary's English column)
+SAME_WORD: set[str] = set()
+
+
 def load_glossary(root: Path) -> list[Term]:
     data = yaml.safe_load((root / GLOSSARY).read_text(encoding="utf-8")) or {}
     terms = []
@@ -164,9 +168,23 @@ def load_glossary(root: Path) -> list[Term]:
     return terms
 
 
+def glossary_concepts(text: str) -> list[str]:
+    """Each concept's name as the file gives it, and the term it is about (the name before its
+    parenthesis): YAML keeps only the last of two equal keys, without a word."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+    finally:
+        loader.dispose()
+    return [key.value for key, _ in node.value] if node is not None else []
+
+
 def check_glossary_file(root: Path) -> list[str]:
-    """Every concept names its preferred term in every language; every variant is a valid pattern."""
+    """Every concept names its preferred term in every language, once; every variant is a valid pattern."""
     errors = []
+    names = glossary_concepts((root / GLOSSARY).read_text(encoding="utf-8"))
+    terms = [name.split(" (")[0] for name in names]
+    errors += [f"{GLOSSARY}: {term!r} has {terms.count(term)} entries: one per concept" for term in sorted(set(terms)) if terms.count(term) > 1 and term not in SAME_WORD]
     data = yaml.safe_load((root / GLOSSARY).read_text(encoding="utf-8")) or {}
     for concept, entry in data.items():
         for lang in LANGS:
