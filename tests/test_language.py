@@ -151,10 +151,6 @@ class Term:
     code: bool = False  # matched with code spans kept (a rule about the words around an identifier)
 
 
-# English words that name two concepts, each with its own entry (a term of the glossary's English column)
-SAME_WORD: set[str] = set()
-
-
 def load_glossary(root: Path) -> list[Term]:
     data = yaml.safe_load((root / GLOSSARY).read_text(encoding="utf-8")) or {}
     terms = []
@@ -182,10 +178,10 @@ def glossary_concepts(text: str) -> list[str]:
 def check_glossary_file(root: Path) -> list[str]:
     """Every concept names its preferred term in every language, once; every variant is a valid pattern."""
     errors = []
-    names = glossary_concepts((root / GLOSSARY).read_text(encoding="utf-8"))
-    terms = [name.split(" (")[0] for name in names]
-    errors += [f"{GLOSSARY}: {term!r} has {terms.count(term)} entries: one per concept" for term in sorted(set(terms)) if terms.count(term) > 1 and term not in SAME_WORD]
-    data = yaml.safe_load((root / GLOSSARY).read_text(encoding="utf-8")) or {}
+    text = (root / GLOSSARY).read_text(encoding="utf-8")
+    terms = [name.split(" (")[0] for name in glossary_concepts(text)]
+    errors += [f"{GLOSSARY}: {term!r} has {terms.count(term)} entries: one per concept" for term in sorted(set(terms)) if terms.count(term) > 1]
+    data = yaml.safe_load(text) or {}
     for concept, entry in data.items():
         for lang in LANGS:
             if not isinstance(entry.get(lang), str) or not entry[lang].strip():
