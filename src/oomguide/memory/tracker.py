@@ -8,6 +8,7 @@ and the first allocation over a budget. It never runs model code itself and neve
 from __future__ import annotations
 
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -78,6 +79,8 @@ class AllocationTracker(TorchDispatchMode):
         self.grads_of: list[torch.nn.Parameter] = []
         self.weight_keys: set[int] = set()
         self.tag_new = None  # overrides the tag of new storages (e.g. "optimizer_state")
+        self.op_new = None  # overrides the op named for new storages (``named``)
+        self._unseen: dict = {}  # storages of stand-ins (``stand_in``), never counted
         self.forwards = 0  # model forwards so far (counted by the caller); the failing one is recorded
         self.failing_forward = None
         # the moment of the run the code is in (set by the phase: "forward_backward", "optimizer_step",
@@ -112,6 +115,28 @@ class AllocationTracker(TorchDispatchMode):
             if thread not in self._workspaces and like is not None:
                 self._workspaces[thread] = like.new_empty(nbytes, dtype=torch.uint8)
                 self.register([self._workspaces[thread]], "workspaces")
+
+    def stand_in(self, make):
+        """``make()``'s tensor, whose storage is not the run's (the device never allocates it): not
+        counted, nor are its views (autograd detaches what it hands to a backward)."""
+        paused, self.paused = self.paused, True
+        try:
+            t = make()
+        finally:
+            self.paused = paused
+        storage = t.untyped_storage()
+        self._unseen = {k: r for k, r in self._unseen.items() if not r.expired()}
+        self._unseen[storage._cdata] = StorageWeakRef(storage)
+        return t
+
+    @contextmanager
+    def named(self, op: str):
+        """Storages made in this block are named as made by `op` (the graph op they stand for)."""
+        before, self.op_new = self.op_new, op
+        try:
+            yield
+        finally:
+            self.op_new = before
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:
@@ -266,12 +291,15 @@ class AllocationTracker(TorchDispatchMode):
             entry = self._entry(storage._cdata)
             if entry is not None and not entry.ref.expired():
                 continue  # a view, or an in-place result
+            unseen = self._unseen.get(storage._cdata)
+            if unseen is not None and not unseen.expired():
+                continue  # a view of a stand-in
             nbytes = self.rounding(storage.nbytes())
             # frees happen between ops: settle them before the new block (the allocator replay needs
             # their order; the peak and the budget alone would need them only when it could cross either)
             self._sweep()
             # named as the op CUDA runs: a CPU kernel may stand for it (kernels.cuda_names)
-            op = cuda_op_name(str(func.overloadpacket.__name__))
+            op = self.op_new or cuda_op_name(str(func.overloadpacket.__name__))
             alloc = Allocation(nbytes, op, tuple(t.shape), str(t.dtype).replace("torch.", ""), self.moment)
             if self.budget is not None and self.failing is None and self.current + nbytes > self.budget:
                 self.failing = alloc

@@ -43,6 +43,7 @@ from ..memory.kernels import CudaKernels
 from ..memory.models import no_init
 from ..memory.tracker import AllocationTracker
 from .compiled import CompiledHead
+from .partition import CompiledSaved, saved_storages
 
 _FA3_NAMES = ("flash_attn_3_fwd", "flash_attn_3_bwd")
 
@@ -297,10 +298,15 @@ def run(code, setting: Setting, spec: PhaseSpec, batch: int, budget: int | None,
             model.train()
         else:
             model.eval()
+        saved = None
+        if spec.compiled and spec.kind == "train" and not spec.fp8 and fake:
+            tokens = _tokens(batch, spec.seq_len, vocab), _tokens(batch, spec.seq_len, vocab)
+            key = (id(code), setting, spec.seq_len, batch)
+            saved = CompiledSaved(tracker, saved_storages(model, tokens, key))
         if spec.compiled:
             stack.enter_context(CompiledHead({vocab, model.lm_head.weight.shape[0]}))
         if spec.kind == "train":
-            _train(model, optimizer, spec, batch, vocab, tracker)
+            _train(model, optimizer, spec, batch, vocab, tracker, saved)
         elif spec.kind in ("bpb", "core", "forward"):
             with torch.no_grad():
                 _evaluate(model, spec, batch, vocab, tracker)
@@ -349,8 +355,9 @@ def _tokens(batch: int, seq: int, vocab: int):
     return torch.randint(0, vocab, (batch, seq))
 
 
-def _train(model, optimizer, spec, batch, vocab, tracker):
-    """base_train.py's training step (its `for micro_step in range(grad_accum_steps)` and what follows)."""
+def _train(model, optimizer, spec, batch, vocab, tracker, saved=None):
+    """base_train.py's training step (its `for micro_step in range(grad_accum_steps)` and what follows).
+    `saved` (compiled): what the backward reads is the compiled partition's (``partition``)."""
     x, y = _tokens(batch, spec.seq_len, vocab), _tokens(batch, spec.seq_len, vocab)
     tracker.register([x, y], "activations")
     micro_steps = min(spec.grad_accum, 2)
@@ -365,10 +372,15 @@ def _train(model, optimizer, spec, batch, vocab, tracker):
 
     with tracker:
         for _ in range(micro_steps):
-            loss = model(x, y)
+            with saved.hooks() if saved else _nothing():
+                loss = model(x, y)
+            if saved:
+                saved.forward_done(loss)
             train_loss = loss.detach()  # noqa: F841  (the script keeps it for logging)
             loss = loss / spec.grad_accum
             loss.backward()
+            if saved:
+                saved.backward_done()
             # the loader's next batch, fetched while the step runs
             x, y = _tokens(batch, spec.seq_len, vocab), _tokens(batch, spec.seq_len, vocab)
         step()
