@@ -220,9 +220,7 @@ def borderline_lines(r: dict, usable: int, say, fmt) -> list[str]:
 
 
 def _int(n: int, lang: str) -> str:
-    """A count grouped as `lang` writes it (German with a narrow no-break space, as explain does)."""
-    if lang == "de":
-        return figures.format_figure(n, "int", lang).replace(".", figures.NNBSP)
+    """A count as `lang` writes it (German with a narrow no-break space: figures.GROUP_SEPARATOR)."""
     return figures.format_figure(n, "int", lang)
 
 
