@@ -114,22 +114,22 @@ TEXT: dict[str, str] = {
         "with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: does not fit either"
     ),
     "replay_fails_at": N_(
-        "the allocator's replay fails at: Tried to allocate {size} ({op}), with {allocated} "
+        "the allocator's replay fails on a request for {size} ({op}), with {allocated} "
         "already allocated"
     ),
     "attention_none": N_("none"),
     "largest": N_("largest allocation: {size} ({op})"),
-    "fail_at": N_("would fail at: Tried to allocate {size} ({op}), with {allocated} already allocated"),
+    "fail_at": N_("would fail on a request for {size} ({op}), with {allocated} already allocated"),
     "fail_at_reserved": N_(
-        "would fail at: Tried to allocate {size} ({op}), with {allocated} already allocated and "
+        "would fail on a request for {size} ({op}), with {allocated} already allocated and "
         "{reserved} reserved"
     ),
     "fail_at_forward": N_(
-        "would fail at: Tried to allocate {size} ({op} in forward {forward}), with {allocated} "
+        "would fail on a request for {size} ({op} in forward {forward}), with {allocated} "
         "already allocated"
     ),
     "fail_at_forward_reserved": N_(
-        "would fail at: Tried to allocate {size} ({op} in forward {forward}), with {allocated} "
+        "would fail on a request for {size} ({op} in forward {forward}), with {allocated} "
         "already allocated and {reserved} reserved"
     ),
     "at_peak": N_("at the peak: {parts}"),
@@ -220,9 +220,7 @@ def borderline_lines(r: dict, usable: int, say, fmt) -> list[str]:
 
 
 def _int(n: int, lang: str) -> str:
-    """A count grouped as `lang` writes it (German with a narrow no-break space, as explain does)."""
-    if lang == "de":
-        return figures.format_figure(n, "int", lang).replace(".", figures.NNBSP)
+    """A count as `lang` writes it (German with a narrow no-break space: figures.GROUP_SEPARATOR)."""
     return figures.format_figure(n, "int", lang)
 
 

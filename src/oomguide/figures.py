@@ -59,6 +59,9 @@ def save(store: dict, path: Path = STORE) -> None:
 # (0.12 sec, 0.12 秒, 0,12 Sek., 0,12 s). Decided here, on top of CLDR:
 # - German and French leave a four-digit number ungrouped (1024, as DIN 5008 and the Imprimerie
 #   nationale's rules have it; CLDR would write 1.024 / 1 024): ``GROUP_FROM``;
+# - German groups with a narrow no-break space (50 304, which DIN 5008 allows beside CLDR's 50.304),
+#   as French does: next to sizes quoted PyTorch's way ("6.14 GiB"), a period would mean two things,
+#   and the pages and the tool's output write every count the same way: ``GROUP_SEPARATOR``;
 # - the space between a number and its unit is a no-break space in German and French (6,14 GiB,
 #   6,14 Gio), so that a line never breaks between them; an ordinary space elsewhere;
 # - Chinese seconds take that space too (0.12 秒, where CLDR writes 0.12秒), as the Chinese pages
@@ -71,6 +74,7 @@ def save(store: dict, path: Path = STORE) -> None:
 NBSP, NNBSP = "\u00a0", "\u202f"
 GROUP_FROM = {"en": 4, "ja": 4, "zh": 4, "de": 5, "fr": 5}
 UNIT_SPACE = {"en": " ", "ja": " ", "zh": " ", "de": NBSP, "fr": NBSP}
+GROUP_SEPARATOR = {"de": NNBSP}  # CLDR's elsewhere
 COMPACT = {"fr": "long"}  # format_compact_decimal's format_type; "short" elsewhere
 # TRANSLATORS: a ratio in running text ("the logits take 4.22× the memory"); {number} is formatted
 # already. Keep the no-break space between number and word where the language puts a space.
@@ -90,11 +94,16 @@ def _number(value: float, decimals: int, lang: str, trim: bool = False) -> str:
     number = abs(number) if number == 0 else number  # -0.001 is "0.00", not "-0.00"
     pattern = "#,##0" + ("." + ("#" if trim else "0") * decimals if decimals else "")
     grouped = abs(number) >= 10 ** (GROUP_FROM[lang] - 1)
-    return format_decimal(number, pattern, locale=lang, group_separator=grouped)
+    text = format_decimal(number, pattern, locale=lang, group_separator=grouped)
+    if grouped and lang in GROUP_SEPARATOR:
+        from babel.numbers import get_group_symbol
+
+        text = text.replace(get_group_symbol(lang), GROUP_SEPARATOR[lang])
+    return text
 
 
 def group_int(value: int, lang: str) -> str:
-    """An integer as `lang` writes it in running text: 50,304 / 50.304 / 50 304; 1024 in de and fr."""
+    """An integer as `lang` writes it in running text: 50,304 / 50 304 (de and fr, U+202F); 1024 in de and fr."""
     return _number(value, 0, lang)
 
 
@@ -128,6 +137,8 @@ def _seconds(value: float, decimals: int, lang: str) -> str:
     text = format_unit(
         _rounded(value, decimals), "duration-second", length="short", locale=lang, format=pattern
     )
+    if lang in GROUP_SEPARATOR:  # 12.345 Sek.: the group symbol only, not the unit's period
+        text = re.sub(r"(?<=\d)\.(?=\d{3})", GROUP_SEPARATOR[lang], text)
     if lang == "zh":  # CLDR: 0.12秒
         text = re.sub(r"^([\d.,]+)(?=[^\d.,\s])", r"\1 ", text)
     return text.replace(" ", UNIT_SPACE[lang])

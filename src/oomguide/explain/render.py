@@ -27,11 +27,7 @@ from .words import FORMAT_NAMES, TEXT
 
 
 def _int(n: int, lang: str) -> str:
-    """A count as `lang` writes it; in German grouped with a narrow no-break space instead of the
-    period (DIN 5008 allows both): next to sizes printed PyTorch's way ("6.14 GiB"), "6.593.445.888"
-    would make the period mean two things in one answer."""
-    if lang == "de":
-        return figures.format_figure(n, "int", lang).replace(".", figures.NNBSP)
+    """A count as `lang` writes it (German with a narrow no-break space: figures.GROUP_SEPARATOR)."""
     return figures.format_figure(n, "int", lang)
 
 

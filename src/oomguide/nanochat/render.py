@@ -27,7 +27,7 @@ TEXT = {
     "phase_borderline": N_(
         "{phase}: predicted peak {peak} allocated, {reserved} reserved -> BORDERLINE (attention: {attention})"
     ),
-    "fail_at": N_("would fail at: Tried to allocate {size} ({op}), with {allocated} already allocated"),
+    "fail_at": N_("would fail on a request for {size} ({op}), with {allocated} already allocated"),
     "max_batch": N_("largest --device-batch-size that fits: {n}"),
     "max_batch_accum": N_(
         "largest --device-batch-size that fits and that the script accepts: {n} (gradient accumulation steps "
