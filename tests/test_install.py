@@ -74,11 +74,11 @@ def test_check_names_the_torch_its_prediction_models(capsys):
     assert out["torch_verified_range"] == "2.5-2.15"
     main(args)
     text = capsys.readouterr().out
-    assert f"predicted with: PyTorch {torch.__version__} (oomguide is verified on 2.5-2.15)" in text
+    assert f"predicted with: PyTorch {torch.__version__} (oomguide is verified on 2.5\u20132.15)" in text
 
 
 def test_check_says_when_torch_is_outside_the_range():
-    assert "OUTSIDE the range oomguide is verified on (2.5-2.15)" in versions.line("2.4.1+cu121")
+    assert "OUTSIDE the range oomguide is verified on (2.5\u20132.15)" in versions.line("2.4.1+cu121")
     assert versions.describe("2.16.0")["torch_verified"] is False
 
 

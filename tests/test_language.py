@@ -772,8 +772,8 @@ def test_typography_rules(lang, text, bad):
         # seconds in the language's unit
         (124373760, "millions", "en", "124.37M"),
         (124373760, "millions", "fr", "124,37\u00a0millions"),
-        (124373760, "millions", "ja", "1.24億"),
-        (1557611200, "millions", "zh", "15.58亿"),
+        (124373760, "millions", "ja", "1.24 億"),
+        (1557611200, "millions", "zh", "15.58 亿"),
         (2.0, "ratio", "ja", "2\u00a0倍"),
         (2.0, "ratio", "en", "2×"),
         (1.10, "ratio", "de", "1,1-mal"),

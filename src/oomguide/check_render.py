@@ -63,6 +63,8 @@ TEXT: dict[str, str] = {
     "change_eval_block_size": N_("eval_block_size for evaluation"),
     "change_stale_logits": N_("the stale logits dropped before estimate_loss()"),
     "change_checkpointed": N_("checkpointed Blocks in model.py"),
+    # TRANSLATORS: a range of PyTorch releases ("2.5–2.15"): write it as the language writes a range
+    "torch_range": N_("{low}–{high}"),
     "torch_verified": N_("predicted with: PyTorch {version} (oomguide is verified on {range})"),
     "torch_outside": N_(
         "predicted with: PyTorch {version}: OUTSIDE the range oomguide is verified on ({range}); "
@@ -339,11 +341,12 @@ def render(out: dict, config, lang: str = "en") -> str:
             changes=sep.join(changes) if changes else say("code_none"),
         )
     )
+    low, high = out["torch_verified_range"].split("-")  # --json's "2.5-2.15"
     lines.append(
         say(
             "torch_verified" if out["torch_verified"] else "torch_outside",
             version=out["torch_version"],
-            range=out["torch_verified_range"],
+            range=say("torch_range", low=low, high=high),
         )
     )
     lines += [say("note", note=translate(note, lang)) for note in out["warnings"]]

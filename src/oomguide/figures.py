@@ -55,7 +55,7 @@ def save(store: dict, path: Path = STORE) -> None:
 # Typography per language (tests/test_language.py checks the built pages). Numbers come from
 # CLDR through Babel (``babel.numbers``, ``babel.units``): each language's digits, decimal sign,
 # grouping separator (65,536 / 65.536 / 65 536 with U+202F in French), percent sign and its space,
-# compact large numbers (124.37M, 1.24億, 1.24亿, 124,37 Mio., 124,37 millions) and the unit "second"
+# compact large numbers (124.37M, 1.24 億, 1.24 亿, 124,37 Mio., 124,37 millions) and the unit "second"
 # (0.12 sec, 0.12 秒, 0,12 Sek., 0,12 s). Decided here, on top of CLDR:
 # - German and French leave a four-digit number ungrouped (1024, as DIN 5008 and the Imprimerie
 #   nationale's rules have it; CLDR would write 1.024 / 1 024): ``GROUP_FROM``;
@@ -66,6 +66,8 @@ def save(store: dict, path: Path = STORE) -> None:
 #   6,14 Gio), so that a line never breaks between them; an ordinary space elsewhere;
 # - Chinese seconds take that space too (0.12 秒, where CLDR writes 0.12秒), as the Chinese pages
 #   write a number before a Chinese unit (30 秒, 4 倍, 8 个) and as Japanese CLDR does;
+# - so do the Japanese and Chinese counts in 億/亿 (1.24 億, 1.24 亿, where CLDR writes 1.24億), as
+#   both languages' pages write a number before 万 (約 7,700 万, 约 7700 万);
 # - a count of millions is written out in French (124,37 millions: "de paramètres" follows in the
 #   page), compact elsewhere;
 # - the ratio's words (4.22×, 4,22-mal, 4,22 fois, 4.22 倍) are the ``site`` catalogs' (CLDR has none).
@@ -122,11 +124,13 @@ def _millions(value: float, decimals: int, lang: str) -> str:
 
     if lang in ("en", "de", "fr"):  # a count of millions, as these languages say it
         number = _rounded(value / 1e6, decimals) * 1000000
-    else:  # Japanese and Chinese count in 万 and 億/亿: 1.24億, 15.58亿
+    else:  # Japanese and Chinese count in 万 and 億/亿: 1.24 億, 15.58 亿
         number = Decimal(round(value))
     text = format_compact_decimal(
         number, format_type=COMPACT.get(lang, "short"), locale=lang, fraction_digits=decimals
     )
+    if lang in ("ja", "zh"):  # CLDR: 1.24億, 1.24亿
+        text = re.sub(r"^([\d.,]+)(?=[^\d.,\s])", r"\1 ", text)
     return text.replace(" ", UNIT_SPACE[lang])
 
 

@@ -47,8 +47,15 @@ def verified(version: str | None = None) -> bool:
     return VERIFIED_MIN <= release(version)[:2] <= VERIFIED_MAX
 
 
+def verified_ends() -> tuple[str, str]:
+    """The oldest and the newest verified minor release, as PyTorch numbers them ("2.5", "2.15")."""
+    return f"{VERIFIED_MIN[0]}.{VERIFIED_MIN[1]}", f"{VERIFIED_MAX[0]}.{VERIFIED_MAX[1]}"
+
+
 def verified_range() -> str:
-    return f"{VERIFIED_MIN[0]}.{VERIFIED_MIN[1]}-{VERIFIED_MAX[0]}.{VERIFIED_MAX[1]}"
+    """The range for ``--json``: "2.5-2.15", ASCII for a program to read. A line for a person writes it
+    as its language writes a range (``check_render``'s "torch_range": 2.5–2.15, 2.5〜2.15)."""
+    return "-".join(verified_ends())
 
 
 def describe(version: str | None = None) -> dict:
@@ -60,10 +67,11 @@ def describe(version: str | None = None) -> dict:
 def line(version: str | None = None) -> str:
     """One line for `oomguide check`'s human output."""
     text = torch_version() if version is None else version
+    shown = "\u2013".join(verified_ends())  # 2.5–2.15, as English writes a range
     if verified(text):
-        return f"PyTorch {text} (oomguide is verified on {verified_range()})"
+        return f"PyTorch {text} (oomguide is verified on {shown})"
     return (
-        f"PyTorch {text}: OUTSIDE the range oomguide is verified on ({verified_range()}); "
+        f"PyTorch {text}: OUTSIDE the range oomguide is verified on ({shown}); "
         "the prediction follows this PyTorch's code but was never checked on it"
     )
 

@@ -213,7 +213,7 @@ def _prediction_lines(result: Explanation, lang: str) -> list[str]:
                 if format_size(r["failing_allocation_bytes"]) == req  # as the message would print it
                 else t(TEXT["pred_diff"]).format(req=req)
             )
-            lines.append(f"  {line} — {same}")
+            lines.append("  " + t(TEXT["pred_compared"]).format(verdict=line, comparison=same))
     if all(r["fits"] for r in p["phases"].values()):
         lines.append("  " + t(TEXT["pred_all_fit"]))
     return lines

@@ -129,6 +129,9 @@ TEXT: dict[str, str] = {
     "pred_no": N_(
         "{phase}: predicted peak {peak}, does not fit; the first allocation that fails asks for {fail} ({what})"
     ),
+    # TRANSLATORS: a phase that does not fit ({verdict}), then how its failing allocation compares with
+    # the message's ({comparison}: "the same size as in this message" or "this message: 6.14 GiB")
+    "pred_compared": N_("{verdict} — {comparison}"),
     "pred_same": N_("the same size as in this message"),
     "pred_diff": N_("this message: {req}"),
     "pred_all_fit": N_(

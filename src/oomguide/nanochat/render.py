@@ -75,7 +75,8 @@ def render(out: dict, lang: str = "en") -> str:
             )
         )
     if out.get("accepted_device_batch_sizes"):
-        lines.append(say("accepted", values=", ".join(map(str, out["accepted_device_batch_sizes"]))))
+        values = common("list_sep").join(map(str, out["accepted_device_batch_sizes"]))
+        lines.append(say("accepted", values=values))
     lines.append(say("dtype", dtype=out["compute_dtype"], why=translate(out["compute_dtype_from"], lang)))
     lines.append(
         say(
