@@ -340,6 +340,11 @@ MESSAGES: tuple[str, ...] = (
         "torch.compile (training model): modelled as eager with Inductor's fused loss, the logits' cast "
         "and softcap fused into it"
     ),
+    N_(
+        "torch.compile (training model): the backward keeps what AOTAutograd's min-cut partitioner keeps, "
+        "traced on fake tensors as Inductor partitions the model; the logits' cast, softcap and loss are one fused kernel"
+    ),
+    N_("the compiled backward frees what it keeps from the last made to the first, at the backward's pace: a rule, not traced"),
     N_("MuonAdamW's compiled steps run eagerly: their temporaries are an upper bound"),
     N_("not installed, stood in for the import only (never used by the prediction): {modules}"),
 )

@@ -130,13 +130,15 @@ class AllocationTracker(TorchDispatchMode):
         return t
 
     @contextmanager
-    def named(self, op: str):
-        """Storages made in this block are named as made by `op` (the graph op they stand for)."""
-        before, self.op_new = self.op_new, op
+    def named(self, op: str, tag: str | None = None):
+        """Storages made in this block are named as made by `op` (the graph op they stand for), and
+        tagged `tag` (else as their shape says)."""
+        before = self.op_new, self.tag_new
+        self.op_new, self.tag_new = op, tag or self.tag_new
         try:
             yield
         finally:
-            self.op_new = before
+            self.op_new, self.tag_new = before
 
     # storages that exist before tracking starts
     def register(self, tensors, tag: str) -> None:

@@ -249,7 +249,16 @@ def verdict(request: Request, progress=None, environ: dict | None = None, runs: 
     )
     if not fa3 and plan.config.get("window_pattern", "L").upper() != "L":
         assumptions.append("SDPA fallback with sliding windows: an explicit mask per short-window layer, as nanochat builds it")
-    assumptions.append("torch.compile (training model): modelled as eager with Inductor's fused loss, the logits' cast and softcap fused into it")
+    if plan.fp8:
+        assumptions.append("torch.compile (training model): modelled as eager with Inductor's fused loss, the logits' cast and softcap fused into it")
+    else:
+        assumptions.append(
+            "torch.compile (training model): the backward keeps what AOTAutograd's min-cut partitioner keeps, "
+            "traced on fake tensors as Inductor partitions the model; the logits' cast, softcap and loss are one fused kernel"
+        )
+        assumptions.append(
+            "the compiled backward frees what it keeps from the last made to the first, at the backward's pace: a rule, not traced"
+        )
     assumptions.append("MuonAdamW's compiled steps run eagerly: their temporaries are an upper bound")
     if code.stood_in:
         assumptions.append(f"not installed, stood in for the import only (never used by the prediction): {', '.join(code.stood_in)}")

@@ -31,8 +31,8 @@ _CACHE: dict = {}
 _RECENT = 8  # the partition's storages a backward kernel may read: the last-made ones
 
 
-def saved_storages(model: torch.nn.Module, inputs: tuple, key=None) -> list[tuple[int, str, tuple, torch.dtype]]:
-    """(bytes, op, shape, dtype) of each storage the compiled forward of ``model(*inputs)`` saves for
+def saved_storages(model: torch.nn.Module, inputs: tuple, key=None) -> list[tuple]:
+    """(bytes, op, shape, dtype, tag) of each storage the compiled forward of ``model(*inputs)`` saves for
     its backward, in creation order: not the parameters', the buffers' or the inputs'. Runs under the
     caller's FakeTensorMode; `key` caches the answer (same code, config and shapes: same partition)."""
     if key is not None and key in _CACHE:
@@ -66,7 +66,14 @@ def saved_storages(model: torch.nn.Module, inputs: tuple, key=None) -> list[tupl
     return found
 
 
-def _storages(forward) -> list[tuple[int, str, tuple, torch.dtype]]:
+def _is_weight_copy(node) -> bool:
+    """A cast of a graph input (nanochat's ``Linear``: the fp32 weight in the activations' dtype)."""
+    name = str(getattr(node.target, "__name__", node.target))
+    source = node.args[0] if node.args else None
+    return ("convert_element_type" in name or "_to_copy" in name) and getattr(source, "op", None) == "placeholder"
+
+
+def _storages(forward) -> list[tuple]:
     """The storages of the forward graph's saved outputs (every output after the model's own)."""
     nodes = list(forward.graph.nodes)
     given = {
@@ -92,7 +99,9 @@ def _storages(forward) -> list[tuple[int, str, tuple, torch.dtype]]:
             storage.nbytes() // value.element_size(),
         )
         op = str(getattr(node.target, "__name__", node.target)).split(".")[0]
-        found[storage._cdata] = (made[storage._cdata], (storage.nbytes(), op, shape, value.dtype))
+        maker = nodes[made[storage._cdata]]
+        tag = "weights" if _is_weight_copy(maker) else None  # None: as its shape says
+        found[storage._cdata] = (made[storage._cdata], (storage.nbytes(), op, shape, value.dtype, tag))
     return [entry for _, entry in sorted(found.values(), key=lambda e: e[0])]
 
 
@@ -135,8 +144,8 @@ class CompiledSaved:
 
     def forward_done(self, like: torch.Tensor) -> None:
         """The compiled forward's end: its saved storages exist, in the order it made them."""
-        for nbytes, op, shape, dtype in self.storages:
-            with self.tracker.named(op):
+        for _nbytes, op, shape, dtype, tag in self.storages:
+            with self.tracker.named(op, tag):
                 self.held.append(like.new_empty(shape, dtype=dtype))
         self.released = 0
 
