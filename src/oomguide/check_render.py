@@ -221,11 +221,6 @@ def borderline_lines(r: dict, usable: int, say, fmt) -> list[str]:
     return lines
 
 
-def _int(n: int, lang: str) -> str:
-    """A count as `lang` writes it (German with a narrow no-break space: figures.GROUP_SEPARATOR)."""
-    return figures.format_figure(n, "int", lang)
-
-
 def words(lang: str):
     """The ``check`` catalog's sentence for a key of TEXT: ``say("card", gpu=...)``."""
     t = gettext_for(lang, "check")
@@ -284,7 +279,7 @@ def render(out: dict, config, lang: str = "en") -> str:
             strategy=out["strategy"],
             steps=config.gradient_accumulation_steps,
             steps_per_rank=out["gradient_accumulation_steps_per_rank"],
-            tokens=_int(out["tokens_per_iter"], lang),
+            tokens=figures.format_count(out["tokens_per_iter"], lang),
         )
         if out["strategy"] == "ddp":
             buckets = "ddp_buckets_views" if out["gradient_as_bucket_view"] else "ddp_buckets"

@@ -104,9 +104,16 @@ def _number(value: float, decimals: int, lang: str, trim: bool = False) -> str:
     return text
 
 
-def group_int(value: int, lang: str) -> str:
-    """An integer as `lang` writes it in running text: 50,304 / 50 304 (de and fr, U+202F); 1024 in de and fr."""
+def format_count(value: int, lang: str) -> str:
+    """A count the tools compute, as `lang` writes it in running text: 50,304 / 50 304 (de and fr,
+    U+202F); 1024 in de and fr."""
     return _number(value, 0, lang)
+
+
+def _unit_spaced(text: str) -> str:
+    """CLDR's ja/zh forms put the unit right after the figure (1.24億, 0.12秒, 512字节): a space
+    between them, as the pages write a figure and its unit."""
+    return re.sub(r"^([\d.,]+)(?=[^\d.,\s])", r"\1 ", text)
 
 
 def _percent(value: float, decimals: int, lang: str) -> str:
@@ -130,7 +137,7 @@ def _millions(value: float, decimals: int, lang: str) -> str:
         number, format_type=COMPACT.get(lang, "short"), locale=lang, fraction_digits=decimals
     )
     if lang in ("ja", "zh"):  # CLDR: 1.24億, 1.24亿
-        text = re.sub(r"^([\d.,]+)(?=[^\d.,\s])", r"\1 ", text)
+        text = _unit_spaced(text)
     return text.replace(" ", UNIT_SPACE[lang])
 
 
@@ -144,7 +151,7 @@ def _seconds(value: float, decimals: int, lang: str) -> str:
     if lang in GROUP_SEPARATOR:  # 12.345 Sek.: the group symbol only, not the unit's period
         text = re.sub(r"(?<=\d)\.(?=\d{3})", GROUP_SEPARATOR[lang], text)
     if lang == "zh":  # CLDR: 0.12秒
-        text = re.sub(r"^([\d.,]+)(?=[^\d.,\s])", r"\1 ", text)
+        text = _unit_spaced(text)
     return text.replace(" ", UNIT_SPACE[lang])
 
 
@@ -153,7 +160,7 @@ def _bytes(value: int, lang: str) -> str:
 
     text = format_unit(value, "digital-byte", length="long", locale=lang, format="#,##0")
     if lang == "zh":  # CLDR: 512字节
-        text = re.sub(r"^([\d.,]+)(?=[^\d.,\s])", r"\1 ", text)
+        text = _unit_spaced(text)
     return text.replace(" ", UNIT_SPACE[lang]).replace("\xa0", UNIT_SPACE[lang])
 
 
@@ -174,7 +181,7 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
     if unit == "bytes":  # a size under 1 KiB, in CLDR's long unit word (512 bytes, 512 バイト, 512 octets)
         return _bytes(round(value), lang)
     if unit == "int":
-        return _number(round(value), 0, lang)
+        return format_count(round(value), lang)
     if unit == "code":  # a value inside code (`block_size = 1024`): Python's spelling in every language
         return str(round(value))
     if unit == "millions":

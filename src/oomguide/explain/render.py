@@ -26,11 +26,6 @@ from .tensors import ITEMSIZE, SIXTEEN_BIT, TENSOR_NAMES
 from .words import FORMAT_NAMES, TEXT
 
 
-def _int(n: int, lang: str) -> str:
-    """A count as `lang` writes it (German with a narrow no-break space: figures.GROUP_SEPARATOR)."""
-    return figures.format_figure(n, "int", lang)
-
-
 def _gb(n: int, lang: str) -> str:
     return figures.format_figure(n, "gb", lang)
 
@@ -74,7 +69,7 @@ def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
                 vocab=vocab,
                 batch=first["batch_size"],
                 block=first["block_size"],
-                nbytes=_int(first["bytes"], lang),
+                nbytes=figures.format_count(first["bytes"], lang),
             )
             lines.append("    " + line)
             continue
@@ -87,7 +82,7 @@ def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
             vocab=vocab,
             itemsize=ITEMSIZE[dtype],
             dtype=dtype,
-            nbytes=_int(first["bytes"], lang),
+            nbytes=figures.format_count(first["bytes"], lang),
             req=req,
         )
         lines.append("  - " + line)
@@ -163,7 +158,7 @@ def _tensor_lines(result: Explanation, lang: str) -> list[str]:
                 desc=t(TENSOR_NAMES[m["tensor"]]),
                 shape=shape,
                 dtype=m["dtype"],
-                nbytes=_int(m["bytes"], lang),
+                nbytes=figures.format_count(m["bytes"], lang),
                 req=req,
             )
             lines.append("  - " + line)
@@ -237,7 +232,7 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
     )
     if s is not None:
         values.update(
-            params=_int(s["parameters"], lang),
+            params=figures.format_count(s["parameters"], lang),
             states=fmt(s["states_bytes"]),
             states_gb=_gb(s["states_bytes"], lang),
             card=fmt(s["card_bytes"]),

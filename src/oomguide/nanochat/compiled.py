@@ -10,8 +10,8 @@ nanochat issue #443 at device batch 32, sequence 2048 and vocabulary 65536).
 
 ``CompiledHead`` models exactly that on the eager run: the cast and the scalar pointwise ops on the
 logits return an alias of their input (no new buffer; the gradient passes through), and
-``F.cross_entropy`` is oomguide's fused loss (``memory.compiled``). Everything else runs eagerly (the
-activations of the Blocks are eager autograd's: an upper bound of what Inductor keeps).
+``F.cross_entropy`` is oomguide's fused loss (``memory.compiled``). What a training step keeps for
+its backward is not eager autograd's but the compiled partition's (``partition``).
 Never imports torch.cuda.
 """
 

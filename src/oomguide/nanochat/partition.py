@@ -31,6 +31,40 @@ _CACHE: dict = {}
 _RECENT = 8  # the partition's storages a backward kernel may read: the last-made ones
 
 
+def saved_for_batch(model: torch.nn.Module, tokens, batch: int, key) -> list[tuple]:
+    """``saved_storages`` of ``model(x, y)`` with `batch` rows (``tokens(rows)`` makes x and y).
+
+    Traced at 1 and 2 rows: when both partitions keep the same storages (the same ops, dtypes and
+    tags, each storage's every dimension the same or twice as large), the partition is the same at
+    every batch and each storage grows with the rows as it did from 1 to 2 (``test_partition``
+    traces a batch directly and compares); else it is traced at `batch` itself. Two traces per
+    model then serve a whole search over the device batch."""
+    one = saved_storages(model, tokens(1), key=(key, 1))
+    if batch == 1:
+        return one
+    two = saved_storages(model, tokens(2), key=(key, 2))
+    scaled = _scaled(one, two, batch)
+    return scaled if scaled is not None else saved_storages(model, tokens(batch), key=(key, batch))
+
+
+def _scaled(one: list, two: list, batch: int) -> list | None:
+    """The storages at `batch` rows from those at 1 and 2, or None when the partitions differ."""
+    if len(one) != len(two):
+        return None
+    out = []
+    for (n1, op1, shape1, dtype1, tag1), (n2, op2, shape2, dtype2, tag2) in zip(one, two):
+        if (op1, dtype1, tag1, len(shape1)) != (op2, dtype2, tag2, len(shape2)):
+            return None
+        if any(b not in (a, 2 * a) for a, b in zip(shape1, shape2)):
+            return None
+        shape = tuple(a * batch if b == 2 * a and a else a for a, b in zip(shape1, shape2))
+        size = dtype1.itemsize
+        for d in shape:
+            size *= d
+        out.append((size, op1, shape, dtype1, tag1))
+    return out
+
+
 def saved_storages(model: torch.nn.Module, inputs: tuple, key=None) -> list[tuple]:
     """(bytes, op, shape, dtype, tag) of each storage the compiled forward of ``model(*inputs)`` saves for
     its backward, in creation order: not the parameters', the buffers' or the inputs'. Runs under the

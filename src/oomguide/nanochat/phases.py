@@ -23,7 +23,8 @@ like any other: the tracker sees each copy (tagged weights) and autograd keeps i
 The attention kernel: FA3 (nanochat/flash_attention.py loads it from the ``kernels`` package on
 CUDA) stands as a kernel with FA3's memory (the output and a float32 log-sum-exp per row), else
 nanochat's SDPA fallback runs under oomguide's ``CudaKernels``. ``compiled``: Inductor's fused
-loss (``memory.compiled``); everything else eager. The optimizer's own ``torch.compile``'d steps
+loss (``memory.compiled``), and in a training step what the backward keeps is AOTAutograd's own
+partition of the model (``partition``); everything else eager. The optimizer's own ``torch.compile``'d steps
 run eagerly (``torch.compiler.set_stance("force_eager")``). Never imports torch.cuda.
 """
 
@@ -43,7 +44,7 @@ from ..memory.kernels import CudaKernels
 from ..memory.models import no_init
 from ..memory.tracker import AllocationTracker
 from .compiled import CompiledHead
-from .partition import CompiledSaved, saved_storages
+from .partition import CompiledSaved, saved_for_batch
 
 _FA3_NAMES = ("flash_attn_3_fwd", "flash_attn_3_bwd")
 
@@ -300,9 +301,11 @@ def run(code, setting: Setting, spec: PhaseSpec, batch: int, budget: int | None,
             model.eval()
         saved = None
         if spec.compiled and spec.kind == "train" and not spec.fp8 and fake:
-            tokens = _tokens(batch, spec.seq_len, vocab), _tokens(batch, spec.seq_len, vocab)
-            key = (id(code), setting, spec.seq_len, batch)
-            saved = CompiledSaved(tracker, saved_storages(model, tokens, key))
+            def tokens(rows):
+                return _tokens(rows, spec.seq_len, vocab), _tokens(rows, spec.seq_len, vocab)
+
+            key = (id(code), setting, spec.seq_len)
+            saved = CompiledSaved(tracker, saved_for_batch(model, tokens, batch, key))
         if spec.compiled:
             stack.enter_context(CompiledHead({vocab, model.lm_head.weight.shape[0]}))
         if spec.kind == "train":

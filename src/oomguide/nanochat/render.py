@@ -45,7 +45,7 @@ TEXT = {
 
 def render(out: dict, lang: str = "en") -> str:
     from ..check_render import TEXT as CHECK_TEXT
-    from ..check_render import _int, borderline_lines, words
+    from ..check_render import borderline_lines, words
 
     t = gettext_for(lang, "check")
 
@@ -70,7 +70,7 @@ def render(out: dict, lang: str = "en") -> str:
             say(
                 "batch",
                 dbs=out["device_batch_size"],
-                total=_int(out["total_batch_size"], lang),
+                total=figures.format_count(out["total_batch_size"], lang),
                 steps=out["gradient_accumulation_steps"],
             )
         )
