@@ -282,10 +282,9 @@ def test_page_lines(checkout, figure):
     # issue #443: depth 20, device batch 32, 8 x H100 80GB
     i443 = run_snippet("nanochat/check-443.sh", checkout)
     step = i443["phases"]["train_step"]
-    assert not step["fits"], "the page says check predicts issue #443's failure"
+    assert step["fits"], "the page says the reporter's line fits with this checkout's vocabulary"
     figure("i443_peak", step["peak_bytes"], "gib")
     figure("i443_max", step["max_batch_size"], "int")
-    figure("i443_logits", step["breakdown"]["logits_and_loss"], "gib")
     figure("i443_vocab", i443["shape"]["vocab_size"], "int")
     # the buffer of the report: (B*T, V) in bfloat16 with the vocabulary the reporter names (65536)
     figure("i443_buffer", 32 * i443["shape"]["sequence_len"] * 65536 * 2, "gib")

@@ -44,16 +44,20 @@ def tokens(rows):
     )
 
 
-def test_a_batch_scaled_from_one_and_two_rows_is_the_batch_traced(fake_model):
+@pytest.mark.parametrize("batch", [3, 8])
+def test_a_batch_scaled_from_two_and_four_rows_is_the_batch_traced(fake_model, batch):
     from oomguide.nanochat import partition
 
     mode, model = fake_model
     with mode:
-        scaled = partition.saved_for_batch(model, tokens, 6, key=("test", "scaled"))
-        traced = partition.saved_storages(model, tokens(6))
+        scaled = partition.saved_for_batch(model, tokens, batch, key=("test", "scaled"))
+        traced = partition.saved_storages(model, tokens(batch))
+        two = partition.saved_for_batch(model, tokens, 2, key=("test", "scaled"))
     assert scaled == traced
     # the Blocks' activations are kept at the batch's size; the weights' copies do not grow
-    assert sum(n for n, *_ in scaled) > 3 * sum(n for n, *_ in partition.saved_storages(model, tokens(1), key=None)) / 2
+    grown = [(a, b) for a, b in zip(two, scaled) if a[0] != b[0]]
+    assert grown and all(b[0] * 2 == a[0] * batch for a, b in grown)
+    assert all(a == b for a, b in zip(two, scaled) if a[4] == "weights")
 
 
 def test_a_partition_keeps_less_than_eager_autograd_and_names_its_ops(fake_model):
@@ -86,8 +90,9 @@ def test_a_partition_keeps_less_than_eager_autograd_and_names_its_ops(fake_model
 def test_scaling_refuses_partitions_that_differ():
     from oomguide.nanochat.partition import _scaled
 
-    one = [(1024, "mm", (1, 256, 2), torch.bfloat16, None)]
-    assert _scaled(one, [(2048, "mm", (2, 256, 2), torch.bfloat16, None)], 5) == [(5120, "mm", (5, 256, 2), torch.bfloat16, None)]
-    assert _scaled(one, [(3072, "mm", (3, 256, 2), torch.bfloat16, None)], 5) is None
-    assert _scaled(one, [(2048, "cat", (2, 256, 2), torch.bfloat16, None)], 5) is None
-    assert _scaled(one, [], 5) is None
+    two = [(2048, "mm", (2, 256, 2), torch.bfloat16, None), (32, "t", (4, 4), torch.bfloat16, "weights")]
+    four = [(4096, "mm", (4, 256, 2), torch.bfloat16, None), (32, "t", (4, 4), torch.bfloat16, "weights")]
+    assert _scaled(two, four, 5) == [(5120, "mm", (5, 256, 2), torch.bfloat16, None), (32, "t", (4, 4), torch.bfloat16, "weights")]
+    assert _scaled(two, [(6144, "mm", (6, 256, 2), torch.bfloat16, None), four[1]], 5) is None
+    assert _scaled(two, [(4096, "cat", (4, 256, 2), torch.bfloat16, None), four[1]], 5) is None
+    assert _scaled(two, four[:1], 5) is None

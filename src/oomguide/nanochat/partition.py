@@ -34,34 +34,35 @@ _RECENT = 8  # the partition's storages a backward kernel may read: the last-mad
 def saved_for_batch(model: torch.nn.Module, tokens, batch: int, key) -> list[tuple]:
     """``saved_storages`` of ``model(x, y)`` with `batch` rows (``tokens(rows)`` makes x and y).
 
-    Traced at 1 and 2 rows: when both partitions keep the same storages (the same ops, dtypes and
-    tags, each storage's every dimension the same or twice as large), the partition is the same at
-    every batch and each storage grows with the rows as it did from 1 to 2 (``test_partition``
-    traces a batch directly and compares); else it is traced at `batch` itself. Two traces per
-    model then serve a whole search over the device batch."""
-    one = saved_storages(model, tokens(1), key=(key, 1))
-    if batch == 1:
-        return one
+    Traced at 2 and 4 rows: when both partitions keep the same storages in the same order (the
+    same ops, dtypes and tags, each storage's every dimension the same or twice as large), the
+    partition is taken to be the same at every batch of 2 rows or more, each storage growing with
+    the rows as it did from 2 to 4 (``tests/test_partition.py`` traces batches directly and
+    compares); else, and at 1 row (where PyTorch may drop the batch's dimension), it is traced at
+    `batch` itself. Two traces per model then serve a whole search over the device batch."""
+    if batch in (1, 2, 4):
+        return saved_storages(model, tokens(batch), key=(key, batch))
     two = saved_storages(model, tokens(2), key=(key, 2))
-    scaled = _scaled(one, two, batch)
+    four = saved_storages(model, tokens(4), key=(key, 4))
+    scaled = _scaled(two, four, batch)
     return scaled if scaled is not None else saved_storages(model, tokens(batch), key=(key, batch))
 
 
-def _scaled(one: list, two: list, batch: int) -> list | None:
-    """The storages at `batch` rows from those at 1 and 2, or None when the partitions differ."""
-    if len(one) != len(two):
+def _scaled(two: list, four: list, batch: int) -> list | None:
+    """The storages at `batch` rows from those at 2 and 4, or None when the partitions differ."""
+    if len(two) != len(four):
         return None
     out = []
-    for (n1, op1, shape1, dtype1, tag1), (n2, op2, shape2, dtype2, tag2) in zip(one, two):
-        if (op1, dtype1, tag1, len(shape1)) != (op2, dtype2, tag2, len(shape2)):
+    for (_n2, op2, shape2, dtype2, tag2), (_n4, op4, shape4, dtype4, tag4) in zip(two, four):
+        if (op2, dtype2, tag2, len(shape2)) != (op4, dtype4, tag4, len(shape4)):
             return None
-        if any(b not in (a, 2 * a) for a, b in zip(shape1, shape2)):
+        if any(b not in (a, 2 * a) or (b == 2 * a and a % 2) for a, b in zip(shape2, shape4)):
             return None
-        shape = tuple(a * batch if b == 2 * a and a else a for a, b in zip(shape1, shape2))
-        size = dtype1.itemsize
+        shape = tuple(a // 2 * batch if b == 2 * a else a for a, b in zip(shape2, shape4))
+        size = dtype2.itemsize
         for d in shape:
             size *= d
-        out.append((size, op1, shape, dtype1, tag1))
+        out.append((size, op2, shape, dtype2, tag2))
     return out
 
 
