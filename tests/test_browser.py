@@ -36,7 +36,7 @@ ARGS = [
 LANGS = ("en", "ja", "zh", "de", "fr")
 NOTEBOOK = "where-the-memory-goes"
 # (language, word, page the results must include): words the pages use
-SEARCHES = [("ja", "検証", "ja/verify/"), ("ja", "ハードウェア", "ja/verify/"), ("zh", "显存", "zh/verify/")]
+SEARCHES = [("ja", "検証", "ja/verify/"), ("ja", "ハードウェア", "ja/verify/"), ("zh", "硬件", "zh/verify/"), ("zh", "验证", "zh/verify/")]
 
 
 def _require_browser():
