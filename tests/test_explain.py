@@ -487,7 +487,7 @@ def test_japanese_output_and_links(capsys, message_file, monkeypatch):
     monkeypatch.delenv(ex.SITE_URL_ENV, raising=False)
     rc, out, err = run_main(capsys, message_file(traceback(msg_6_14())), "--lang", "ja")
     assert rc == 0, err
-    assert "読み取った数値" in out and "診断" in out and "評価中にメモリが不足しました" in out
+    assert "読み取った数値" in out and "診断" in out and "評価中にメモリが不足した" in out
     assert "http" not in out  # mkdocs.yml's site_url is local: the links are the pages' files
     links = re.findall(r"docs/\S+", out)
     assert links and all(link.startswith("docs/ja/") for link in links)
