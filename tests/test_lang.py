@@ -98,10 +98,21 @@ def test_common_errors_are_translated_with_their_figures(tmp_path):
             translated = messages.translate(text, lang)
             assert translated != text, f"{lang}: left in English: {text}"
             for name, value in values.items():  # paths, sizes, names: as the library wrote them
-                if name in messages.COMPUTED_SIZES.get(msgid, ()) and value[:1] not in "'\"":
-                    value = figures.format_bytes(units.parse_size(value), lang)
+                value = as_written(msgid, name, value, lang)
                 if value and " or " not in value:
                     assert value in translated, f"{lang}: {value!r} lost in {translated!r}"
+
+
+def as_written(msgid: str, name: str, value: str, lang: str) -> str:
+    """A message's value as `lang`'s sentence must hold it: as the library wrote it, except a size or a
+    count the library computed (the language's numbers) and a list (the language's separator)."""
+    if name in messages.COMPUTED_SIZES.get(msgid, ()) and value[:1] not in "'\"":
+        return figures.format_bytes(units.parse_size(value), lang)
+    if name in messages.COMPUTED_COUNTS.get(msgid, ()):
+        return figures.format_count(int(value.replace(",", "")), lang)
+    if name in ("places", "cards"):
+        return i18n.gettext_for(lang, "check")(", ").join(value.split(", "))
+    return value
 
 
 @pytest.mark.parametrize("lang", i18n.LANGS)
@@ -168,11 +179,12 @@ def test_nanochat_errors_are_translated_with_their_values(tmp_path):
     unmatched = [e for e in errors if messages.match(e) is None]
     assert not unmatched, f"nanochat messages no msgid of oomguide.messages matches: {unmatched}"
     for text in errors:
-        _, values = messages.match(text)
+        msgid, values = messages.match(text)
         for lang in i18n.LANGS[1:]:
             translated = messages.translate(text, lang)
             assert translated != text, f"{lang}: left in English: {text}"
-            for value in values.values():
+            for name, value in values.items():
+                value = as_written(msgid, name, value, lang)
                 assert value in translated, f"{lang}: {value!r} lost in {translated!r}"
 
 

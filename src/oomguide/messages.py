@@ -10,7 +10,7 @@ with the same values put back: paths, sizes as PyTorch prints them (``8.30 GiB``
 and figures stay exactly as the library wrote them (a card's size in ``CARD_SIZES`` and the sizes
 in ``COMPUTED_SIZES``, which the library computed, are written as the language writes numbers and
 sizes). A placeholder named ``reason`` or ``code`` holds another of these messages and is translated in turn, one named ``reader`` one of
-``READERS``; one named ``places`` (folders) is listed with the language's separator; one named ``choices`` is a list of
+``READERS``; one named ``places`` (folders) or ``cards`` is listed with the language's separator; one named ``choices`` is a list of
 names joined by " or ", joined again with the language's word. Text that matches no msgid is
 shown as it is, in English.
 
@@ -46,6 +46,13 @@ CARD_TOO_SMALL = N_(
 # sizes the library computed and wrote with units.fmt_bytes ("256.00 MiB"), by msgid and placeholder: written
 # as the language writes sizes (figures.format_bytes); a size as the reader typed it ('1MiB') is left as it is
 COMPUTED_SIZES = {CARD_TOO_SMALL: ("size", "context")}
+TOTAL_BATCH_ASSERT = N_(
+    "{script} would stop at its assert: total_batch_size ({total}) must be a multiple of device_batch_size "
+    "× max_seq_len × ranks ({batch} × {seq} × {world} = {product})"
+)
+# counts the library wrote grouped in English ("1,048,576"), by msgid and placeholder: grouped as the
+# language groups them (figures.format_count)
+COMPUTED_COUNTS = {TOTAL_BATCH_ASSERT: ("total", "product")}
 _FMT_BYTES = re.compile(r"(\d+\.\d+) (GiB|MiB)")
 # TRANSLATORS: between two card names the reader chooses from ("RTX 4060 Ti 8GB or RTX 4060 Ti 16GB")
 OR = N_(" or ")
@@ -104,10 +111,7 @@ MESSAGES: tuple[str, ...] = (
     N_("{path}: an add_argument call oomguide cannot read without running the script (line {line})"),
     N_("{path}: no argparse options found"),
     N_("{script} would refuse the command line: {message}"),
-    N_(
-        "{script} would stop at its assert: total_batch_size ({total}) must be a multiple of device_batch_size "
-        "x max_seq_len x ranks ({batch} x {seq} x {world} = {product})"
-    ),
+    TOTAL_BATCH_ASSERT,
     N_(
         "{script} would stop at its assert: --num-samples ({total}) must be a multiple of --device-batch-size ({batch})"
     ),
@@ -167,7 +171,7 @@ MESSAGES: tuple[str, ...] = (
     # TRANSLATORS: errors: the card and the sizes (memory/gpus.py, units.py).
     # Each {placeholder} is the library's value (a path, a size as PyTorch prints it, a config
     # key, a figure), put back unchanged: keep them all.
-    N_("unknown GPU {name}; closest: {names} (or give its memory with --gpu-memory)"),
+    N_("unknown GPU {name}; closest: {cards} (or give its memory with --gpu-memory)"),
     N_("unknown GPU {name} (or give its memory with --gpu-memory)"),
     N_(
         "GPU {name} names cards of different memory: give one of {choices} with --gpu, or the "
@@ -391,8 +395,9 @@ def translate(text: str, lang: str) -> str:
         values["reader"] = _(reader)
     if choices is not None:
         values["choices"] = _(OR).join(choices.split(OR))
-    if values.get("places"):  # the folders looked in, joined as the language lists things
-        values["places"] = _(", ").join(values["places"].split(", "))
+    for name in ("places", "cards"):  # the folders looked in, the closest cards: listed as the language lists
+        if values.get(name):
+            values[name] = _(", ").join(values[name].split(", "))
     if msgid in CARD_SIZES and re.fullmatch(r"\d+\.\d+", values["size"]):
         from .figures import format_figure
 
@@ -404,4 +409,9 @@ def translate(text: str, lang: str) -> str:
 
             unit = 1024**3 if computed[2] == "GiB" else 1024**2
             values[name] = format_bytes(float(computed[1]) * unit, lang)
+    for name in COMPUTED_COUNTS.get(msgid, ()):
+        if re.fullmatch(r"\d{1,3}(,\d{3})*", values[name]):
+            from .figures import format_count
+
+            values[name] = format_count(int(values[name].replace(",", "")), lang)
     return _(msgid).format(**values)

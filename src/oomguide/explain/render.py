@@ -3,7 +3,8 @@
 What it does: lays the answer out (figures read, which tensor, the prediction, the diagnosis, what
 to read next) with the sentences of ``words.TEXT`` translated through the catalogs
 (``oomguide.i18n``). Sizes read from the message stay exactly as PyTorch printed them (the same in
-every language, so that they can be found in the log); sizes and counts computed here (a prediction,
+every language, so that they can be found in the log; in quotation marks where the language writes
+numbers otherwise, ``_quoted``); sizes and counts computed here (a prediction,
 a sum, a tensor's bytes) are written as the language writes numbers, as the pages do (``_size``,
 ``figures.format_figure``).
 
@@ -38,6 +39,14 @@ def _size(n: int, lang: str) -> str:
     return figures.format_figure(n, "kib" if n <= 1024**2 else "mib" if n <= 1024**3 else "gib", lang)
 
 
+def _quoted(figs, lang: str) -> dict[str, str]:
+    """The sizes read from the message, each exactly as PyTorch printed it, marked as a quotation where
+    the language writes numbers otherwise (de „6.14 GiB“, fr « 6.14 GiB »): so that a quoted size and a
+    computed one (6,14 GiB) never read as one notation. English, Japanese and Chinese write them alike."""
+    quote = gettext_for(lang)(TEXT["quoted"])
+    return {key: quote.format(size=value) for key, value in figs.printed.items()}
+
+
 def _format_name(label: str, t) -> str:
     """The message format as the title names it: the PyTorch versions that print it, in the reader's words."""
     return t(FORMAT_NAMES[label]) if label in FORMAT_NAMES else label
@@ -46,7 +55,7 @@ def _format_name(label: str, t) -> str:
 def _unallocated(figs, lang: str) -> str:
     """The reserved-but-unallocated memory: as the message printed it where it prints it (2.1+, and
     1.0-1.3's "cached"), else computed (reserved − allocated in 1.4 to 2.0) and written as `lang` writes sizes."""
-    return figs.printed.get("reserved_unallocated") or _size(figs.reserved_unallocated, lang)
+    return _quoted(figs, lang).get("reserved_unallocated") or _size(figs.reserved_unallocated, lang)
 
 
 def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
@@ -96,17 +105,18 @@ def _figure_rows(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
     figs = result.figures
     fmt = functools.partial(_size, lang=lang)  # computed from the message's figures
+    q = _quoted(figs, lang)  # read from it
     rows = [
-        ("requested", figs.printed["requested"]),
-        ("capacity", figs.printed["capacity"]),
-        ("free", figs.printed["free"]),
+        ("requested", q["requested"]),
+        ("capacity", q["capacity"]),
+        ("free", q["free"]),
     ]
     if figs.allowed is not None:
-        rows.append(("allowed", figs.printed["allowed"]))
+        rows.append(("allowed", q["allowed"]))
     if figs.in_use is not None:
-        rows.append(("in_use", figs.printed["in_use"]))
+        rows.append(("in_use", q["in_use"]))
     if figs.format != "short":  # the short form does not split this process's memory
-        rows.append(("allocated", figs.printed["allocated"]))
+        rows.append(("allocated", q["allocated"]))
     if figs.format not in ("short", "cudaMallocAsync"):  # neither says what is cached
         # printed by 2.1+ ("… is reserved by PyTorch but unallocated") and 1.0-1.3 ("cached"), else computed
         printed = "reserved_unallocated" in figs.printed
@@ -114,7 +124,7 @@ def _figure_rows(result: Explanation, lang: str) -> list[str]:
             ("reserved_unallocated" if printed else "reserved_unallocated_computed", _unallocated(figs, lang))
         )
     if figs.format == "pre-2.1":
-        rows.append(("reserved", figs.printed["reserved"]))
+        rows.append(("reserved", q["reserved"]))
     if figs.format == "1.0-1.3":  # "cached" is the unallocated part: the total is A + cached
         rows.append(("reserved_computed", fmt(figs.reserved)))
     if figs.non_pytorch is not None and figs.format != "short":
@@ -125,8 +135,9 @@ def _figure_rows(result: Explanation, lang: str) -> list[str]:
         rows.append(("outside_pytorch", fmt(figs.outside_pytorch)))
     row = t(TEXT["label_value"])
     lines = [f"  {row.format(label=t(TEXT[key]), value=value)}" for key, value in rows]
+    quote = t(TEXT["quoted"])
     lines += [
-        f"  {row.format(label=t(TEXT['process']).format(pid=p['pid']), value=p['printed'])}"
+        f"  {row.format(label=t(TEXT['process']).format(pid=p['pid']), value=quote.format(size=p['printed']))}"
         for p in figs.processes
     ]
     return lines
@@ -134,7 +145,7 @@ def _figure_rows(result: Explanation, lang: str) -> list[str]:
 
 def _tensor_lines(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
-    req = result.figures.printed["requested"]
+    req = _quoted(result.figures, lang)["requested"]
     lines = []
     if result.matched_by == "small":
         lines.append("  " + t(TEXT["small_request"]).format(req=req))
@@ -181,7 +192,7 @@ def _tensor_lines(result: Explanation, lang: str) -> list[str]:
 def _prediction_lines(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
     fmt = functools.partial(_size, lang=lang)
-    req = result.figures.printed["requested"]
+    req = _quoted(result.figures, lang)["requested"]
     p = result.prediction
     lines = [
         "",
@@ -205,7 +216,8 @@ def _prediction_lines(result: Explanation, lang: str) -> list[str]:
             )
             same = (
                 t(TEXT["pred_same"])
-                if format_size(r["failing_allocation_bytes"]) == req  # as the message would print it
+                # as the message would print it
+                if format_size(r["failing_allocation_bytes"]) == result.figures.printed["requested"]
                 else t(TEXT["pred_diff"]).format(req=req)
             )
             lines.append("  " + t(TEXT["pred_compared"]).format(verdict=line, comparison=same))
@@ -219,16 +231,17 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
     fmt = functools.partial(_size, lang=lang)
     figs = result.figures
     s = result.model_states
+    q = _quoted(figs, lang)
     values = dict(
-        req=figs.printed["requested"],
-        capacity=figs.printed["capacity"],
-        free=figs.printed["free"],
-        allocated=figs.printed.get("allocated", fmt(figs.allocated)),
+        req=q["requested"],
+        capacity=q["capacity"],
+        free=q["free"],
+        allocated=q.get("allocated", fmt(figs.allocated)),
         unalloc=_unallocated(figs, lang),
         sum=fmt(figs.free + figs.reserved_unallocated),
         outside=fmt(figs.outside_pytorch),
         other=fmt(figs.other_processes or 0),
-        in_use=figs.printed.get("in_use", "?"),
+        in_use=q.get("in_use", "?"),
     )
     if s is not None:
         values.update(
@@ -246,7 +259,7 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
     if result.limit is not None:  # a capped process: the cap is the card of the diagnosis
         room = result.limit["room_bytes"]
         values.update(
-            allowed=figs.printed.get("allowed", fmt(result.limit["allowed_bytes"])),
+            allowed=q.get("allowed", fmt(result.limit["allowed_bytes"])),
             reserved=fmt(figs.reserved),
             room=fmt(room),
             sum=fmt(room + figs.reserved_unallocated),
@@ -274,6 +287,7 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
     fmt = functools.partial(_size, lang=lang)
     d, figs = result.disagreement, result.figures
+    q = _quoted(figs, lang)
     lines = ["", t(TEXT["h_disagreement"])]
     resumed = (result.config or {}).get("init_from") == "resume"
     phase = phase_title(d["phase"], lang, resumed)
@@ -282,7 +296,7 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
         code = item["code"]
         if code == "different_card":
             theirs = item["message_bytes"]
-            capacity = figs.printed["capacity"] if theirs == figs.capacity else fmt(theirs)
+            capacity = q["capacity"] if theirs == figs.capacity else fmt(theirs)
             text = t(TEXT["dis_card"]).format(card=fmt(item["bytes"]), capacity=capacity)
         elif code == "other_processes":
             key = "dis_other_explains" if item["explains"] else "dis_other_partly"
@@ -294,8 +308,8 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
             text = t(TEXT["dis_fragmentation"]).format(unalloc=unalloc)
         else:  # allocated_beyond_prediction
             text = t(TEXT["dis_allocated"]).format(
-                allocated=figs.printed.get("allocated", fmt(figs.allocated)),
-                req=figs.printed["requested"],
+                allocated=q.get("allocated", fmt(figs.allocated)),
+                req=q["requested"],
                 total=fmt(item["message_bytes"]),
                 excess=fmt(item["bytes"]),
             )
@@ -315,6 +329,7 @@ def _link_lines(result: Explanation, lang: str) -> list[str]:
 def _render_no_request(result: Explanation, lang: str) -> str:
     t = gettext_for(lang)
     figs = result.figures
+    q = _quoted(figs, lang)
     lines = [t(TEXT["title_no_request"]).format(format=_format_name(figs.format, t))]
     if result.messages_found > 1:
         lines.append(t(TEXT["several"]).format(n=result.messages_found))
@@ -325,7 +340,7 @@ def _render_no_request(result: Explanation, lang: str) -> str:
         lines.append(
             "  "
             + t(TEXT["short_no_request"]).format(
-                in_use=figs.printed["in_use"], capacity=figs.printed["capacity"], free=figs.printed["free"]
+                in_use=q["in_use"], capacity=q["capacity"], free=q["free"]
             )
         )
     lines.append("  " + t(TEXT["no_request"]))

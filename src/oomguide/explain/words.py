@@ -49,6 +49,10 @@ TEXT: dict[str, str] = {
         "state (two float32 copies of the weights) while the gradients are alive."
     ),
     "note": N_("note: {note}"),
+    # TRANSLATORS: a size read from the reader's message, as PyTorch printed it ("6.14 GiB"):
+    # in your quotation marks where your language writes 6,14 GiB (de „{size}“, fr « {size} »),
+    # so that it reads as a quotation beside the sizes oomguide computes; else "{size}" as it is
+    "quoted": N_("{size}"),
     "h_figures": N_("Figures read"),
     # one row of figures: a label and its value (the separator as the language writes it)
     "label_value": N_("{label}: {value}"),

@@ -73,9 +73,9 @@ class BatchRule:
                 f"--device-batch-size ({batch})"
             )
         return (
-            f"scripts.{self.script} would stop at its assert: total_batch_size ({self.total}) must be a multiple of "
-            f"device_batch_size x max_seq_len x ranks ({batch} x {self.seq} x {self.world} = "
-            f"{batch * self.seq * self.world})"
+            f"scripts.{self.script} would stop at its assert: total_batch_size ({self.total:,}) must be a multiple "
+            f"of device_batch_size × max_seq_len × ranks ({batch} × {self.seq} × {self.world} = "
+            f"{batch * self.seq * self.world:,})"
         )
 
 
