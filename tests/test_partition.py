@@ -96,3 +96,28 @@ def test_scaling_refuses_partitions_that_differ():
     assert _scaled(two, [(6144, "mm", (6, 256, 2), torch.bfloat16, None), four[1]], 5) is None
     assert _scaled(two, [(4096, "cat", (4, 256, 2), torch.bfloat16, None), four[1]], 5) is None
     assert _scaled(two, four[:1], 5) is None
+
+
+def test_a_trace_kept_on_disk_is_read_back_by_another_process_alike(fake_model, tmp_path, monkeypatch):
+    """``check --nanochat`` traces each model twice (8 to 20 s each): the traces are kept in the cache
+    folder, keyed by the checkout's code, the model, the shapes, oomguide's code and PyTorch's version.
+    A later run reads the same storages back; another key, or an empty OOMGUIDE_CACHE_DIR, traces."""
+    from oomguide.nanochat import partition
+
+    monkeypatch.setenv(partition.CACHE_ENV, str(tmp_path))
+    mode, model = fake_model
+    stored = partition.stored_key(Path(NANOCHAT), torch.bfloat16, sorted(CONFIG.items()), CONFIG["sequence_len"])
+    with mode:
+        first = partition.saved_storages(model, tokens(2), stored=[stored, 2])
+        files = list((tmp_path / "partitions").glob("*.json"))
+        assert len(files) == 1
+        traced = []
+        monkeypatch.setattr(partition, "_trace", lambda *a: traced.append(a) or [])
+        assert partition.saved_storages(model, tokens(2), stored=[stored, 2]) == first  # as another process would
+        assert not traced
+        assert partition.saved_storages(model, tokens(2), stored=[stored, 3]) == [] and len(traced) == 1
+        monkeypatch.setenv(partition.CACHE_ENV, "")
+        assert partition.saved_storages(model, tokens(2), stored=[stored, 2]) == [] and len(traced) == 2
+    files[0].write_text("{not json")
+    monkeypatch.setenv(partition.CACHE_ENV, str(tmp_path))
+    assert partition._load([stored, 2]) is None  # a broken file is traced again, never an error

@@ -23,15 +23,20 @@ forward's transient buffers (the forward is not where the training step peaks).
 
 from __future__ import annotations
 
-from functools import partial
+import hashlib
+import json
+import os
+from functools import cache, partial
+from pathlib import Path
 
 import torch
 
 _CACHE: dict = {}
+CACHE_ENV = "OOMGUIDE_CACHE_DIR"  # where traced partitions are kept between runs; set empty: never
 _RECENT = 8  # the partition's storages a backward kernel may read: the last-made ones
 
 
-def saved_for_batch(model: torch.nn.Module, tokens, batch: int, key) -> list[tuple]:
+def saved_for_batch(model: torch.nn.Module, tokens, batch: int, key, stored=None) -> list[tuple]:
     """``saved_storages`` of ``model(x, y)`` with `batch` rows (``tokens(rows)`` makes x and y).
 
     Traced at 2 and 4 rows: when both partitions keep the same storages in the same order (the
@@ -39,13 +44,18 @@ def saved_for_batch(model: torch.nn.Module, tokens, batch: int, key) -> list[tup
     partition is taken to be the same at every batch of 2 rows or more, each storage growing with
     the rows as it did from 2 to 4 (``tests/test_partition.py`` traces batches directly and
     compares); else, and at 1 row (where PyTorch may drop the batch's dimension), it is traced at
-    `batch` itself. Two traces per model then serve a whole search over the device batch."""
+    `batch` itself. Two traces per model then serve a whole search over the device batch.
+    `stored`: what makes the trace the same in another process (``stored_key``), to keep it on disk."""
+
+    def traced(rows):
+        return saved_storages(
+            model, tokens(rows), key=(key, rows), stored=None if stored is None else [stored, rows]
+        )
+
     if batch in (1, 2, 4):
-        return saved_storages(model, tokens(batch), key=(key, batch))
-    two = saved_storages(model, tokens(2), key=(key, 2))
-    four = saved_storages(model, tokens(4), key=(key, 4))
-    scaled = _scaled(two, four, batch)
-    return scaled if scaled is not None else saved_storages(model, tokens(batch), key=(key, batch))
+        return traced(batch)
+    scaled = _scaled(traced(2), traced(4), batch)
+    return scaled if scaled is not None else traced(batch)
 
 
 def _scaled(two: list, four: list, batch: int) -> list | None:
@@ -66,12 +76,23 @@ def _scaled(two: list, four: list, batch: int) -> list | None:
     return out
 
 
-def saved_storages(model: torch.nn.Module, inputs: tuple, key=None) -> list[tuple]:
+def saved_storages(model: torch.nn.Module, inputs: tuple, key=None, stored=None) -> list[tuple]:
     """(bytes, op, shape, dtype, tag) of each storage the compiled forward of ``model(*inputs)`` saves for
     its backward, in creation order: not the parameters', the buffers' or the inputs'. Runs under the
-    caller's FakeTensorMode; `key` caches the answer (same code, config and shapes: same partition)."""
+    caller's FakeTensorMode; `key` caches the answer in this process (same code, config and shapes: same
+    partition), `stored` (JSON: the checkout's code, the model, the shapes) on disk (``_cache_file``)."""
     if key is not None and key in _CACHE:
         return _CACHE[key]
+    found = _load(stored)
+    if found is None:
+        found = _trace(model, inputs)
+        _store(stored, found)
+    if key is not None:
+        _CACHE[key] = found
+    return found
+
+
+def _trace(model: torch.nn.Module, inputs: tuple) -> list[tuple]:
     from functorch.compile import aot_function, min_cut_rematerialization_partition
     from torch._inductor.decomposition import select_decomp_table
 
@@ -95,10 +116,69 @@ def saved_storages(model: torch.nn.Module, inputs: tuple, key=None) -> list[tupl
         decompositions=select_decomp_table(),
     )
     traced(*values, *inputs)
-    found = _storages(graphs["forward"])
-    if key is not None:
-        _CACHE[key] = found
-    return found
+    return _storages(graphs["forward"])
+
+
+def stored_key(checkout: Path, compute_dtype: torch.dtype, model: dict, seq_len: int) -> list:
+    """What a trace depends on besides oomguide and PyTorch: the checkout's code, the model and the shapes."""
+    return [_checkout_digest(str(checkout)), str(compute_dtype), model, seq_len]
+
+
+@cache
+def _checkout_digest(checkout: str) -> str:
+    from .cases import checkout_digest
+
+    return checkout_digest(Path(checkout))
+
+
+@cache
+def _own_digest() -> str:
+    """oomguide's code (this module, the stand-ins, the kernels' choice) and PyTorch's version: a trace
+    kept on disk is only read back by the same code."""
+    h = hashlib.sha256(torch.__version__.encode())
+    package = Path(__file__).resolve().parent.parent
+    for path in sorted(package.rglob("*.py")):
+        h.update(path.relative_to(package).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _cache_file(stored) -> Path | None:
+    """``$OOMGUIDE_CACHE_DIR`` (empty: no disk cache), else ``$XDG_CACHE_HOME/oomguide`` or
+    ``~/.cache/oomguide``; one file per trace, named by its key's hash."""
+    if stored is None:
+        return None
+    folder = os.environ.get(CACHE_ENV)
+    if folder == "":
+        return None
+    root = Path(folder) if folder else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "oomguide"
+    name = hashlib.sha256(json.dumps([_own_digest(), stored]).encode()).hexdigest()[:24]
+    return root / "partitions" / f"{name}.json"
+
+
+def _load(stored) -> list[tuple] | None:
+    path = _cache_file(stored)
+    try:
+        rows = json.loads(path.read_text()) if path is not None and path.is_file() else None
+    except (OSError, ValueError):
+        return None  # unreadable: traced again
+    if rows is None:
+        return None
+    return [(n, op, tuple(shape), getattr(torch, dtype), tag) for n, op, shape, dtype, tag in rows]
+
+
+def _store(stored, found: list[tuple]) -> None:
+    path = _cache_file(stored)
+    if path is None:
+        return
+    rows = [[n, op, list(shape), str(dtype).removeprefix("torch."), tag] for n, op, shape, dtype, tag in found]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial_file = path.with_suffix(f".{os.getpid()}.tmp")
+        partial_file.write_text(json.dumps(rows))
+        os.replace(partial_file, path)  # whole or not at all, for processes reading it meanwhile
+    except OSError:
+        pass  # a read-only home: traced again next time
 
 
 def _is_weight_copy(node) -> bool:

@@ -44,7 +44,7 @@ from ..memory.kernels import CudaKernels
 from ..memory.models import no_init
 from ..memory.tracker import AllocationTracker
 from .compiled import CompiledHead
-from .partition import CompiledSaved, saved_for_batch
+from .partition import CompiledSaved, saved_for_batch, stored_key
 
 _FA3_NAMES = ("flash_attn_3_fwd", "flash_attn_3_bwd")
 
@@ -305,7 +305,9 @@ def run(code, setting: Setting, spec: PhaseSpec, batch: int, budget: int | None,
                 return _tokens(rows, spec.seq_len, vocab), _tokens(rows, spec.seq_len, vocab)
 
             key = (id(code), setting, spec.seq_len)
-            saved = CompiledSaved(tracker, saved_for_batch(model, tokens, batch, key))
+            model_key = [list(map(list, setting.config)), setting.world_size, list(setting.capability), setting.fa3]
+            stored = stored_key(code.path, code.compute_dtype, model_key, spec.seq_len)
+            saved = CompiledSaved(tracker, saved_for_batch(model, tokens, batch, key, stored))
         if spec.compiled:
             stack.enter_context(CompiledHead({vocab, model.lm_head.weight.shape[0]}))
         if spec.kind == "train":
