@@ -52,7 +52,8 @@ TOTAL_BATCH_ASSERT = N_(
 )
 # counts the library wrote grouped in English ("1,048,576"), by msgid and placeholder: grouped as the
 # language groups them (figures.format_count)
-COMPUTED_COUNTS = {TOTAL_BATCH_ASSERT: ("total", "product")}
+VOCABULARY = N_("vocabulary {vocab}: {vocab_source}")
+COMPUTED_COUNTS = {TOTAL_BATCH_ASSERT: ("total", "product"), VOCABULARY: ("vocab",)}
 _FMT_BYTES = re.compile(r"(\d+\.\d+) (GiB|MiB)")
 # TRANSLATORS: between two card names the reader chooses from ("RTX 4060 Ti 8GB or RTX 4060 Ti 16GB")
 OR = N_(" or ")
@@ -309,7 +310,7 @@ MESSAGES: tuple[str, ...] = (
     N_("NANOCHAT_DTYPE={value} in the environment"),
     # TRANSLATORS: check --nanochat: what the prediction assumes ("assumed: …" lines); {vocab_source}
     # is one of the two sentences after it
-    N_("vocabulary {vocab}: {vocab_source}"),
+    VOCABULARY,
     N_("the tokenizer of --tokenizer (--vocab-size={n})"),
     N_("tok_train.py's --vocab-size default (the tokenizer speedrun.sh trains; --tokenizer names another)"),
     N_(
@@ -410,7 +411,7 @@ def translate(text: str, lang: str) -> str:
             unit = 1024**3 if computed[2] == "GiB" else 1024**2
             values[name] = format_bytes(float(computed[1]) * unit, lang)
     for name in COMPUTED_COUNTS.get(msgid, ()):
-        if re.fullmatch(r"\d{1,3}(,\d{3})*", values[name]):
+        if re.fullmatch(r"\d{1,3}(,\d{3})*|\d+", values[name]):
             from .figures import format_count
 
             values[name] = format_count(int(values[name].replace(",", "")), lang)

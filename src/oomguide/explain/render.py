@@ -75,7 +75,7 @@ def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
         pairs = [(m["batch_size"], m["block_size"]) for m in items]
         if shown.get(dtype) == pairs:
             line = t(TEXT["search_vocab_too"]).format(
-                vocab=vocab,
+                vocab=figures.format_count(vocab, lang),
                 batch=first["batch_size"],
                 block=first["block_size"],
                 nbytes=figures.format_count(first["bytes"], lang),
@@ -88,7 +88,7 @@ def _search_lines(matches: list[dict], lang: str, req: str) -> list[str]:
             desc=t(TENSOR_NAMES[key]),
             batch=first["batch_size"],
             block=first["block_size"],
-            vocab=vocab,
+            vocab=figures.format_count(vocab, lang),
             itemsize=ITEMSIZE[dtype],
             dtype=dtype,
             nbytes=figures.format_count(first["bytes"], lang),
@@ -161,7 +161,7 @@ def _tensor_lines(result: Explanation, lang: str) -> list[str]:
                     dtype=m["dtype"],
                     batch=m["batch_size"],
                     seq=m["block_size"],
-                    vocab=m["vocab_size"],
+                    vocab=figures.format_count(m["vocab_size"], lang),
                 )
                 lines.append("  - " + line)
                 continue

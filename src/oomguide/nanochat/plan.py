@@ -162,7 +162,7 @@ def make_plan(
     vocab, vocab_from = vocab_size(checkout, tokenizer)
     plan = _make(code, checkout, command, args, from_base, environ, vocab)
     if plan.config["vocab_size"] == vocab:  # (a checkpoint's meta file names its own)
-        plan.assumptions.insert(0, f"vocabulary {vocab}: {vocab_from}")
+        plan.assumptions.insert(0, f"vocabulary {vocab:,}: {vocab_from}")
     return plan
 
 
