@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import unicodedata
 
 from . import units
 from .i18n import LANGS, N_, default_lang, gettext_for
@@ -32,6 +33,13 @@ HELP = N_("show this help message and exit")
 HEADING = N_("{title}:")
 
 
+_CLOSING = "，。、：；）」』！？・ー"
+
+
+def _columns(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 class _Formatter(argparse.HelpFormatter):
     """argparse's help layout, with its usage label in the parser's language."""
 
@@ -40,6 +48,29 @@ class _Formatter(argparse.HelpFormatter):
     def add_usage(self, usage, actions, groups, prefix=None):
         prefix = gettext_for(self.lang, "check")(USAGE) if prefix is None else prefix
         super().add_usage(usage, actions, groups, prefix)
+
+    def _split_lines(self, text, width):
+        """Japanese and Chinese help wrapped by the columns a terminal gives each character (two for a
+        wide one), between any two wide characters but never inside an identifier (--vocab-size,
+        init_from), and never with a closing mark (，。：）) at the start of a line."""
+        text = self._whitespace_matcher.sub(" ", text).strip()
+        if not any(unicodedata.east_asian_width(c) in "WF" for c in text):
+            return super()._split_lines(text, width)
+        lines, line = [], []  # the tokens of the line being filled
+        for token in re.findall(r" |[^ \u1100-\uffdc]+|.", text):  # a space, an identifier, one wide character
+            if token == " " and not line:
+                continue
+            if line and token != " " and _columns("".join(line) + token) > width:
+                # a closing mark takes the token before it to the next line
+                carried = [line.pop()] if token[0] in _CLOSING and len(line) > 1 else []
+                lines.append("".join(line).rstrip())
+                line = carried
+            line.append(token)
+        return [*lines, "".join(line).rstrip()] if line else lines
+
+    def _fill_text(self, text, width, indent):
+        """The description, wrapped as ``_split_lines`` wraps the options' help."""
+        return "\n".join(indent + line for line in self._split_lines(text, width - len(indent)))
 
 
 UNRECOGNIZED = "unrecognized arguments: "  # argparse's words (ArgumentParser.parse_args)
