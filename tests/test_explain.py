@@ -128,10 +128,10 @@ def test_6_14_gib_is_logits_at_batch_32_float32_and_batch_64_bf16():
     assert result.matches[0] is bf16 and result.matches[1] is fp32  # block 1024, vocab 50304 first
     text = ex.render(result, "en")
     assert (
-        "batch 64 × block 1024 × vocab 50304 × 2 bytes (bfloat16/float16) = 6,593,445,888 bytes → 6.14 GiB"
+        "batch 64 × block 1024 × vocab 50,304 × 2 bytes (bfloat16/float16) = 6,593,445,888 bytes → 6.14 GiB"
         in text
     )
-    assert "batch 32 × block 1024 × vocab 50304 × 4 bytes (float32) = 6,593,445,888 bytes → 6.14 GiB" in text
+    assert "batch 32 × block 1024 × vocab 50,304 × 4 bytes (float32) = 6,593,445,888 bytes → 6.14 GiB" in text
     assert result.diagnosis == ["too_little_memory"]
 
 
