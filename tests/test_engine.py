@@ -101,7 +101,7 @@ def test_memory_key_that_cannot_be_read_is_an_error(tmp_path):
         (["n_embd=100", "n_head=12"], "divisible by n_head"),
         (["batch_size=0"], "batch_size must be a positive integer"),
         (["init_from='gpt2'", "block_size=2048"], "above the model's 1024"),
-        (["batch_size=abc"], "batch_size must be int"),
+        (["batch_size=abc"], "batch_size must be an integer"),
         (["dtype=float8"], "dtype must be one of"),
     ],
 )

@@ -373,7 +373,7 @@ def test_help_in_every_language(command, capsys):
             )
 
 
-@pytest.mark.parametrize("lang", ["ja", "zh"])
+@pytest.mark.parametrize("lang", ["ja", "zh", "en", "fr"])
 def test_help_wraps_wide_text_by_columns_and_never_inside_an_identifier(lang, capsys, monkeypatch):
     """argparse wraps at spaces: Japanese and Chinese help has none, and it broke inside identifiers
     ("init_fro m", "--vocab- size") with lines twice as wide as the terminal."""
@@ -386,8 +386,9 @@ def test_help_wraps_wide_text_by_columns_and_never_inside_an_identifier(lang, ca
     lines = out.splitlines()
     assert all(_columns(line) <= 80 for line in lines if not line.lstrip().startswith(("[", "--phase", "用法", "使い方"))), out
     words = set(re.findall(r"[A-Za-z0-9_.\-]+", out))
-    assert {"init_from", "--vocab-size", "--nproc_per_node"} <= words, sorted(words)
+    assert {"init_from", "--vocab-size", "--nproc_per_node", "--gpu-memory"} <= words, sorted(words)
     assert not any(line.lstrip().startswith(("，", "。", "：", "）")) for line in lines), out
+    assert not any(line.rstrip().endswith(("（", "「")) for line in lines), out
 
 
 def test_an_unknown_key_on_the_command_line_stops_as_train_py_does(tmp_path, capsys):

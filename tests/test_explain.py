@@ -551,7 +551,7 @@ def _one_line_error(err: str) -> None:
         ),
         ((), "CUDA out of memory. Tried to allocate 2.00 GiB\n", "paste the whole message"),
         (("/no/such/ex.txt",), None, "file not found"),
-        (("-", "--set", "batch_size=abc"), "MSG", "batch_size must be int"),
+        (("-", "--set", "batch_size=abc"), "MSG", "batch_size must be an integer"),
         (("-", "--set", "batch_size"), "MSG", "not key=value"),
     ],
 )

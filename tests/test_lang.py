@@ -73,6 +73,9 @@ def library_errors(tmp_path) -> list[str]:
         _raised(config.load_config, [str(nul)], []),
         _raised(config.load_config, [], ["batch_size"]),
         _raised(config.load_config, [], ["batch_size=0"]),
+        _raised(config.load_config, [], ["dropout='x'"]),
+        _raised(config.load_config, [], ["compile=3"]),
+        _raised(config.load_config, [], ["eval_batch_size='x'"]),
         _raised(gpus.find_gpu, "RTX 4060 Ti"),
         _raised(gpus.find_gpu, "RTX 4090 Super Duper"),
         _raised(gpus.find_gpu, "zzzzzzzz"),
@@ -110,8 +113,13 @@ def as_written(msgid: str, name: str, value: str, lang: str) -> str:
         return figures.format_bytes(units.parse_size(value), lang)
     if name in messages.COMPUTED_COUNTS.get(msgid, ()):
         return figures.format_count(int(value.replace(",", "")), lang)
+    if name == "want" and value in messages.WANTS:
+        return i18n.gettext_for(lang, "check")(value)
     if name in ("places", "cards"):
         return i18n.gettext_for(lang, "check")(", ").join(value.split(", "))
+    if name == "choices":
+        _ = i18n.gettext_for(lang, "check")
+        return _(messages.OR).join(_(", ").join(part.split(", ")) for part in value.split(messages.OR))
     return value
 
 

@@ -780,7 +780,7 @@ def test_typography_rules(lang, text, bad):
         (0.1199, "seconds", "ja", "0.12 秒"),
         (0.1199, "seconds", "zh", "0.12 秒"),  # a space, as the zh pages write 30 秒 and 4 倍
         (0.1199, "seconds", "fr", "0,12\u202fs"),
-        (0.1199, "seconds", "de", "0,12\u00a0Sek."),
+        (0.1199, "seconds", "de", "0,12\u00a0s"),
         (12345, "int", "fr", "12\u202f345"),
         (9999, "int", "de", "9999"),
         (1234567.891, "float", "de", "1\u202f234\u202f567,89"),

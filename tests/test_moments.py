@@ -265,7 +265,7 @@ def test_sample_reads_sample_py_keys(tmp_path, monkeypatch, capsys):
     ("sets", "says"),
     [
         (["batch_size=4"], "sample.py would stop on --batch_size"),
-        (["max_new_tokens=abc"], "max_new_tokens must be int"),
+        (["max_new_tokens=abc"], "max_new_tokens must be an integer"),
         (["num_samples=0"], "num_samples must be a positive integer"),
         (["init_from=scratch"], "init_from must be 'resume'"),
         (["device=cpu"], "sample.py runs on the CPU"),

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 import unicodedata
 
 from . import units
@@ -34,6 +35,7 @@ HEADING = N_("{title}:")
 
 
 _CLOSING = "，。、：；）」』！？・ー"
+_OPENING = "（「『"
 
 
 def _columns(text: str) -> int:
@@ -50,19 +52,20 @@ class _Formatter(argparse.HelpFormatter):
         super().add_usage(usage, actions, groups, prefix)
 
     def _split_lines(self, text, width):
-        """Japanese and Chinese help wrapped by the columns a terminal gives each character (two for a
+        """Help wrapped at spaces, never inside an option's name (argparse breaks --gpu-memory at its
+        hyphen); Japanese and Chinese help wrapped by the columns a terminal gives each character (two for a
         wide one), between any two wide characters but never inside an identifier (--vocab-size,
-        init_from), and never with a closing mark (，。：）) at the start of a line."""
+        init_from), and never with a closing mark (，。：）) at the start of a line or an opening one (（「) at its end."""
         text = self._whitespace_matcher.sub(" ", text).strip()
-        if not any(unicodedata.east_asian_width(c) in "WF" for c in text):
-            return super()._split_lines(text, width)
+        if not any(unicodedata.east_asian_width(c) in "WF" for c in text):  # at spaces only: --gpu-memory whole
+            return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)
         lines, line = [], []  # the tokens of the line being filled
         for token in re.findall(r" |[^ \u1100-\uffdc]+|.", text):  # a space, an identifier, one wide character
             if token == " " and not line:
                 continue
             if line and token != " " and _columns("".join(line) + token) > width:
-                # a closing mark takes the token before it to the next line
-                carried = [line.pop()] if token[0] in _CLOSING and len(line) > 1 else []
+                # a closing mark takes the token before it to the next line, an opening mark goes with what it opens
+                carried = [line.pop()] if (token[0] in _CLOSING or line[-1] in _OPENING) and len(line) > 1 else []
                 lines.append("".join(line).rstrip())
                 line = carried
             line.append(token)

@@ -206,6 +206,9 @@ _BINOPS = {
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
 
 
+# what a setting's value must be, by the type of train.py's default (messages.WANTS translates them)
+WANTS = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+
 def _evaluate(node: ast.AST, known: dict):
     """Value of a literal / simple arithmetic expression; raises ValueError for anything else."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
@@ -250,7 +253,7 @@ def _set(values: dict, key: str, value, where: str, defaults: dict | None = None
     else:
         ok = type(value) is type(default)
     if not ok:
-        want = "an integer or None" if default is None else type(default).__name__
+        want = "an integer or None" if default is None else WANTS.get(type(default), type(default).__name__)
         raise ConfigError(f"{where}: {key} must be {want}, got {value!r}")
     values[key] = value
 

@@ -56,7 +56,7 @@ def save(store: dict, path: Path = STORE) -> None:
 # CLDR through Babel (``babel.numbers``, ``babel.units``): each language's digits, decimal sign,
 # grouping separator (65,536 / 65.536 / 65 536 with U+202F in French), percent sign and its space,
 # compact large numbers (124.37M, 1.24 億, 1.24 亿, 124,37 Mio., 124,37 millions) and the unit "second"
-# (0.12 sec, 0.12 秒, 0,12 Sek., 0,12 s). Decided here, on top of CLDR:
+# (0.12 sec, 0.12 秒, 0,12 s). Decided here, on top of CLDR:
 # - German and French leave a four-digit number ungrouped (1024, as DIN 5008 and the Imprimerie
 #   nationale's rules have it; CLDR would write 1.024 / 1 024): ``GROUP_FROM``;
 # - German groups with a narrow no-break space (50 304, which DIN 5008 allows beside CLDR's 50.304),
@@ -64,6 +64,8 @@ def save(store: dict, path: Path = STORE) -> None:
 #   and the pages and the tool's output write every count the same way: ``GROUP_SEPARATOR``;
 # - the space between a number and its unit is a no-break space in German and French (6,14 GiB,
 #   6,14 Gio), so that a line never breaks between them; an ordinary space elsewhere;
+# - German seconds are the SI symbol (0,12 s, as German technical writing has them; CLDR's short form
+#   is "Sek."), as French's are;
 # - Chinese seconds take that space too (0.12 秒, where CLDR writes 0.12秒), as the Chinese pages
 #   write a number before a Chinese unit (30 秒, 4 倍, 8 个) and as Japanese CLDR does;
 # - so do the Japanese and Chinese counts in 億/亿 (1.24 億, 1.24 亿, where CLDR writes 1.24億), as
@@ -150,6 +152,8 @@ def _seconds(value: float, decimals: int, lang: str) -> str:
     )
     if lang in GROUP_SEPARATOR:  # 12.345 Sek.: the group symbol only, not the unit's period
         text = re.sub(r"(?<=\d)\.(?=\d{3})", GROUP_SEPARATOR[lang], text)
+    if lang == "de":
+        text = text.replace("Sek.", "s")
     if lang == "zh":  # CLDR: 0.12秒
         text = _unit_spaced(text)
     return text.replace(" ", UNIT_SPACE[lang])

@@ -11,7 +11,7 @@ and figures stay exactly as the library wrote them (a card's size in ``CARD_SIZE
 in ``COMPUTED_SIZES``, which the library computed, are written as the language writes numbers and
 sizes). A placeholder named ``reason`` or ``code`` holds another of these messages and is translated in turn, one named ``reader`` one of
 ``READERS``; one named ``places`` (folders) or ``cards`` is listed with the language's separator; one named ``choices`` is a list of
-names joined by " or ", joined again with the language's word. Text that matches no msgid is
+names joined by ", " and " or ", joined again with the language's separator and word. Text that matches no msgid is
 shown as it is, in English.
 
 The msgids live in the catalogs of the ``check`` domain (locale/<lang>/LC_MESSAGES/check.po).
@@ -34,6 +34,14 @@ READERS: tuple[str, ...] = (
     N_("train.py's estimate_loss()"),
     N_("train.py's estimate_loss() and get_batch()"),
     N_("model.py's GPT.forward"),
+)
+# TRANSLATORS: what a setting's value must be ("dropout must be a number, got 'x'"; config.WANTS)
+WANTS: tuple[str, ...] = (
+    N_("an integer or None"),
+    N_("True or False"),
+    N_("an integer"),
+    N_("a number"),
+    N_("a string"),
 )
 # a card's size the library computed ("a 11.69 GiB card"): its number is written as the language writes numbers
 CARD_SIZES = ("a {size} GiB card", "an {size} GiB card")
@@ -394,8 +402,11 @@ def translate(text: str, lang: str) -> str:
     reader, choices = values.get("reader"), values.get("choices")
     if reader in READERS:
         values["reader"] = _(reader)
-    if choices is not None:
-        values["choices"] = _(OR).join(choices.split(OR))
+    want = values.get("want")
+    if want in WANTS:  # what the value must be, in the language's words
+        values["want"] = _(want)
+    if choices is not None:  # "a, b or c": each list joined as the language lists things
+        values["choices"] = _(OR).join(_(", ").join(part.split(", ")) for part in choices.split(OR))
     for name in ("places", "cards"):  # the folders looked in, the closest cards: listed as the language lists
         if values.get(name):
             values[name] = _(", ").join(values[name].split(", "))
