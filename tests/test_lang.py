@@ -115,6 +115,8 @@ def as_written(msgid: str, name: str, value: str, lang: str) -> str:
         return figures.format_count(int(value.replace(",", "")), lang)
     if name == "want" and value in messages.WANTS:
         return i18n.gettext_for(lang, "check")(value)
+    if name == "type" and msgid == messages.INVALID_TYPE and value in messages.ARGPARSE_TYPES:
+        return i18n.gettext_for(lang, "check")(messages.ARGPARSE_TYPES[value])
     if name in ("places", "cards"):
         return i18n.gettext_for(lang, "check")(", ").join(value.split(", "))
     if name == "choices":

@@ -43,6 +43,9 @@ WANTS: tuple[str, ...] = (
     N_("a number"),
     N_("a string"),
 )
+# argparse's "invalid int value: 'abc'": the type's name, said as WANTS says it in the reader's language
+INVALID_TYPE = N_("invalid {type} value: {value}")
+ARGPARSE_TYPES = {"int": WANTS[2], "float": WANTS[3]}
 # a card's size the library computed ("a 11.69 GiB card"): its number is written as the language writes numbers
 CARD_SIZES = ("a {size} GiB card", "an {size} GiB card")
 # TRANSLATORS: --gpu-memory's value (or a card's table size) below the CUDA context: {size} as the
@@ -86,7 +89,7 @@ MESSAGES: tuple[str, ...] = (
     N_("unrecognized arguments: {args} (a setting is given as {settings})"),
     N_("unrecognized arguments: {words}"),  # after the one above, which it would also match
     N_("expected one argument"),
-    N_("invalid {type} value: {value}"),
+    INVALID_TYPE,
     N_("ambiguous option: {option} could match {matches}"),
     N_("ignored explicit argument {value}"),
     # TRANSLATORS: errors: check --nanochat, the checkout and the command line (nanochat/code.py,
@@ -405,6 +408,9 @@ def translate(text: str, lang: str) -> str:
     want = values.get("want")
     if want in WANTS:  # what the value must be, in the language's words
         values["want"] = _(want)
+    kind = values.get("type")
+    if msgid == INVALID_TYPE and kind in ARGPARSE_TYPES:  # argparse's type name ("int"), in those words
+        values["type"] = _(ARGPARSE_TYPES[kind])
     if choices is not None:  # "a, b or c": each list joined as the language lists things
         values["choices"] = _(OR).join(_(", ").join(part.split(", ")) for part in choices.split(OR))
     for name in ("places", "cards"):  # the folders looked in, the closest cards: listed as the language lists
