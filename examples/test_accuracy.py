@@ -182,7 +182,7 @@ PHASE_WORDS = {
     },
     "fr": {
         "estimate_loss_first": "premier `estimate_loss()`",
-        "first_step": "premier pas de l’optimiseur",
+        "first_step": "premier pas d’optimiseur",
         "train_step": "pas d’entraînement",
     },
 }
