@@ -22,7 +22,7 @@ TEXT: dict[str, str] = {
     # the CLI's one-line error, and the batch search's progress on stderr
     "error": N_("oomguide {command}: error: {message}"),
     "usage_error": N_("oomguide: error: {message}"),
-    "progress": N_("searching the largest batch_size for {phase}: [{bar}] {done} predictions"),
+    "progress": N_("searching the largest batch_size for {phase}: [{bar}] predictions: {done}"),
     # the run: card, allocator, processes, settings, vocab, code, PyTorch
     # TRANSLATORS: sizes ({total}, {peak}, ...) are oomguide's own figures, already written as the
     # language writes sizes ("11,69 Gio"); keep config keys, op names and options.

@@ -286,7 +286,7 @@ def base_model(code, checkout: Path, args, environ: dict, from_base: str | None,
             "device_batch_size": base_args.device_batch_size,
             "total_batch_size": total_batch(code, checkout, base_args, config, vocab),
         }
-        return config, meta, f"--from-base (--depth={base_args.depth})"
+        return config, meta, f"--from-base --depth={base_args.depth}"
     base_dir = Path(environ.get("NANOCHAT_BASE_DIR") or Path.home() / ".cache" / "nanochat")
     folder = {"base": "base_checkpoints", "sft": "chatsft_checkpoints", "rl": "chatrl_checkpoints"}[source]
     tag = getattr(args, "model_tag", None)
