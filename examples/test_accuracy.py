@@ -171,7 +171,7 @@ PHASE_WORDS = {
         "train_step": "学習ステップ",
     },
     "zh": {
-        "estimate_loss_first": "第一次 `estimate_loss()`",
+        "estimate_loss_first": "首次 `estimate_loss()`",
         "first_step": "第一个优化器步",
         "train_step": "训练步",
     },
