@@ -411,11 +411,14 @@ def translate(text: str, lang: str) -> str:
     kind = values.get("type")
     if msgid == INVALID_TYPE and kind in ARGPARSE_TYPES:  # argparse's type name ("int"), in those words
         values["type"] = _(ARGPARSE_TYPES[kind])
-    if choices is not None:  # "a, b or c": each list joined as the language lists things
-        values["choices"] = _(OR).join(_(", ").join(part.split(", ")) for part in choices.split(OR))
-    for name in ("places", "cards"):  # the folders looked in, the closest cards: listed as the language lists
+    def listed(text: str) -> str:  # "a, b, c" joined as the language lists things
+        return _(", ").join(text.split(", "))
+
+    if choices is not None:  # "a, b or c"
+        values["choices"] = _(OR).join(listed(part) for part in choices.split(OR))
+    for name in ("places", "cards"):  # the folders looked in, the closest cards
         if values.get(name):
-            values[name] = _(", ").join(values[name].split(", "))
+            values[name] = listed(values[name])
     if msgid in CARD_SIZES and re.fullmatch(r"\d+\.\d+", values["size"]):
         from .figures import format_figure
 

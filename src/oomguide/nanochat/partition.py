@@ -133,14 +133,11 @@ def _checkout_digest(checkout: str) -> str:
 
 @cache
 def _own_digest() -> str:
-    """oomguide's code (this module, the stand-ins, the kernels' choice) and PyTorch's version: a trace
-    kept on disk is only read back by the same code."""
-    h = hashlib.sha256(torch.__version__.encode())
-    package = Path(__file__).resolve().parent.parent
-    for path in sorted(package.rglob("*.py")):
-        h.update(path.relative_to(package).as_posix().encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    """oomguide's code and PyTorch's version, as the cached predictions are keyed (``reports._engine_digest``):
+    a trace kept on disk is only read back by the same code."""
+    from ..reports import _engine_digest
+
+    return _engine_digest()
 
 
 def _cache_file(stored) -> Path | None:
