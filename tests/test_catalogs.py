@@ -40,12 +40,12 @@ def read(path: Path, lang: str | None, domain: str):
 
 @pytest.mark.parametrize(("lang", "domain"), CASES, ids=[f"{lang}/{d}" for lang, d in CASES])
 def test_catalog_matches_the_code(lang, domain):
-    used = {m.id for m in i18n.extract(domain) if m.id}
+    used = {(m.id, m.context) for m in i18n.extract(domain) if m.id}
     path = i18n.po_path(lang, domain)
     rel = path.relative_to(ROOT)
     assert path.is_file(), f"{rel} is missing: run `python -m oomguide.i18n`, then translate"
     catalog = read(path, lang, domain)
-    have = {m.id for m in catalog if m.id}
+    have = {(m.id, m.context) for m in catalog if m.id}
     assert not used - have, f"{rel} lacks {sorted(used - have)}"
     assert not have - used, f"{rel} has messages the code no longer uses: {sorted(have - used)}"
     for m in catalog:
@@ -60,8 +60,9 @@ def test_catalog_matches_the_code(lang, domain):
 def test_template_is_what_the_code_extracts(domain):
     path = i18n.LOCALE / f"{domain}.pot"
     assert path.is_file(), f"{path.relative_to(ROOT)} is missing: run `python -m oomguide.i18n`"
-    template = {m.id for m in read(path, None, domain) if m.id}
-    assert template == {m.id for m in i18n.extract(domain) if m.id}, "run `python -m oomguide.i18n`"
+    template = {(m.id, m.context) for m in read(path, None, domain) if m.id}
+    extracted = {(m.id, m.context) for m in i18n.extract(domain) if m.id}
+    assert template == extracted, "run `python -m oomguide.i18n`"
 
 
 def test_every_sentence_of_explain_is_extracted():

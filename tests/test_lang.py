@@ -8,6 +8,8 @@ catalog no longer matches (and would print in English) fails here.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from oomguide import checkout, config, figures, i18n, messages, units, verdict
@@ -122,6 +124,8 @@ def as_written(msgid: str, name: str, value: str, lang: str) -> str:
     if name == "choices":
         _ = i18n.gettext_for(lang, "check")
         return _(messages.OR).join(_(", ").join(part.split(", ")) for part in value.split(messages.OR))
+    if re.fullmatch(r"'[^']*'", value) and f"={{{name}}}" not in msgid:  # the reader's words, quoted
+        return i18n.gettext_for(lang, "check")(messages.QUOTED).format(value=value[1:-1])
     return value
 
 
@@ -132,7 +136,7 @@ def test_a_size_the_tool_computed_is_written_in_the_readers_language(capsys, lan
     with pytest.raises(SystemExit):
         main(["check", "--gpu-memory", "1MiB", "--lang", lang])
     err = capsys.readouterr().err
-    assert "'1MiB'" in err and figures.format_bytes(units.CONTEXT_BYTES, lang) in err, err
+    assert i18n.gettext_for(lang, "check")(messages.QUOTED).format(value="1MiB") in err and figures.format_bytes(units.CONTEXT_BYTES, lang) in err, err
 
 
 def nanochat_errors(tmp_path) -> list[str]:
@@ -236,11 +240,26 @@ def test_option_errors_and_argparses_own_wording_are_translated(capsys):
     err = capsys.readouterr().err
     assert (
         err
-        == "oomguide：エラー：引数 --gpu-memory：サイズは 0 より大きくなければなりません（指定値：'0GiB'）\n"
+        == "oomguide：エラー：引数 --gpu-memory：サイズは 0 より大きくなければなりません（指定値：「0GiB」）\n"
     )
     with pytest.raises(SystemExit):
         main(["check", "x.py", "--phase", "nope", "--lang=de"])
     err = capsys.readouterr().err  # argparse's own sentence, matched by its msgid (issue 31)
-    assert err.startswith("oomguide: Fehler: Argument --phase: ungültige Auswahl: 'nope' (möglich: "), err
+    assert err.startswith("oomguide: Fehler: Argument --phase: ungültige Auswahl: „nope“ (möglich: "), err
     text = "argument --phase: a wording argparse may use one day"  # no msgid: English, not half of it
     assert messages.translate(text, "de") == text
+
+
+@pytest.mark.parametrize(
+    ("lang", "quoted"),
+    [("en", "'RTX 4090 Super Duper'"), ("de", "„RTX 4090 Super Duper“"), ("fr", "«\u202fRTX 4090 Super Duper\u202f»"),
+     ("ja", "GPU「RTX 4090 Super Duper」が"), ("zh", "GPU“RTX 4090 Super Duper”；")],
+)
+def test_the_readers_value_is_quoted_as_the_language_quotes_it(capsys, lang, quoted):
+    """A reviewer's item (issue 31): error lines quoted the reader's value Python's way ('RTX 3060') in every
+    language. They now take the language's quotation marks, with no space beside full-width ones; a value
+    after "=" (init_from='resume') is Python's own spelling and keeps its quotes."""
+    assert main(["check", "--gpu", "RTX 4090 Super Duper", "--lang", lang]) == 2
+    assert quoted in capsys.readouterr().err
+    code = messages.translate("block_size 2048 is above the model's 1024 (init_from='gpt2')", lang)
+    assert "init_from='gpt2'" in code

@@ -358,10 +358,11 @@ class _Text(HTMLParser):
 
     VOID = {"br", "img", "hr", "input", "meta", "link", "source", "wbr", "area", "col", "embed"}
 
-    def __init__(self):
+    def __init__(self, cells: bool = True):
         super().__init__(convert_charrefs=True)
         self.depth = 0  # inside <article>
         self.skip = 0
+        self.cells = cells  # the text of table cells too
         self.runs: list[str] = []
 
     def handle_starttag(self, tag, attrs):
@@ -371,7 +372,8 @@ class _Text(HTMLParser):
             self.depth += 1
             return
         classes = set((dict(attrs).get("class") or "").split())
-        if self.depth and (tag in SKIP_TAGS or classes & SKIP_CLASSES or self.skip):
+        cell = tag == "td" and not self.cells
+        if self.depth and (tag in SKIP_TAGS or classes & SKIP_CLASSES or self.skip or cell):
             self.skip += 1
 
     def handle_endtag(self, tag):
@@ -387,13 +389,15 @@ class _Text(HTMLParser):
             self.runs.append(data)
 
 
-def article_text(html_text: str) -> str:
-    """The prose of a built page (its <article>), code left out; runs joined as a reader sees them."""
-    parser = _Text()
+def article_text(html_text: str, cells: bool = True) -> str:
+    """The prose of a built page (its <article>), code left out (and table cells, unless `cells`); runs
+    joined as a reader sees them."""
+    parser = _Text(cells)
     parser.feed(html_text)
     return "".join(parser.runs)
 
 
+RATIO_RULE = "ratio written with ×"
 RULES: dict[str, list[tuple[re.Pattern, str]]] = {
     "fr": [
         (re.compile(r"\d×(?!\d)"), "ratio written with ×: {m!r} (write fois)"),
@@ -436,8 +440,12 @@ def check_typography(site: Path) -> list[str]:
     errors = []
     for page in html_pages(site):
         lang = lang_of(page, site)
-        text = article_text(page.read_text(encoding="utf-8", errors="replace"))
-        errors += [f"{rel(page, site)} ({lang}): {p}" for p in check_typography_text(text, lang)]
+        html_text = page.read_text(encoding="utf-8", errors="replace")
+        text, prose = article_text(html_text), article_text(html_text, cells=False)
+        # a table cell writes a ratio tersely (1,96×: figures.RATIO_CELL); a sentence in words (1,96-mal)
+        found = [p for p in check_typography_text(text, lang) if not p.startswith(RATIO_RULE)]
+        found += [p for p in check_typography_text(prose, lang) if p.startswith(RATIO_RULE)]
+        errors += [f"{rel(page, site)} ({lang}): {p}" for p in found]
     return errors
 
 
@@ -785,6 +793,8 @@ def test_typography_rules(lang, text, bad):
         (9999, "int", "de", "9999"),
         (1234567.891, "float", "de", "1\u202f234\u202f567,89"),
         (-0.001, "float", "en", "0.00"),
+        (-0.004, "percent", "fr", "0\u00a0%"),  # a rounded zero has no sign
+        (-0.02, "percent", "en", "-2%"),
     ],
 )
 def test_figures_are_formatted_as_each_language_writes_them(value, unit, lang, text):
@@ -799,6 +809,14 @@ def test_figures_inside_code_are_written_as_programs_print_them():
     assert figures.render(text, "p", "fr", store) == (
         "`Tried to allocate 6.14 GiB` : 6,14\u00a0Gio, `vocab_size = 50304`, 50\u202f304\n\n```text\n6.14 GiB\n```\n"
     )
+
+
+def test_a_ratio_in_a_table_cell_is_written_as_the_languages_tables_write_it():
+    store = {"p": {"r": {"value": 1.96011, "unit": "ratio"}}}
+    text = "Das sind {{ r }}.\n\n| Faktor |\n|---|\n| {{ r }} |\n"
+    assert figures.render(text, "p", "de", store) == "Das sind 1,96-mal.\n\n| Faktor |\n|---|\n| 1,96× |\n"
+    assert figures.render(text, "p", "en", store) == "Das sind 1.96×.\n\n| Faktor |\n|---|\n| 1.96× |\n"
+    assert figures.format_figure(1.96011, "ratio", "ja", cell=True) == "1.96\u00a0倍"
 
 
 def test_article_text_leaves_code_out():

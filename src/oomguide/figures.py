@@ -15,7 +15,7 @@ import re
 from decimal import Decimal
 from pathlib import Path
 
-from .i18n import N_, gettext_for
+from .i18n import N_, NC_, gettext_for, pgettext_for
 
 STORE = Path(__file__).resolve().parents[2] / "examples" / "figures.json"
 LANGS = ("en", "ja", "zh", "de", "fr")
@@ -83,6 +83,9 @@ COMPACT = {"fr": "long"}  # format_compact_decimal's format_type; "short" elsewh
 # TRANSLATORS: a ratio in running text ("the logits take 4.22× the memory"); {number} is formatted
 # already. Keep the no-break space between number and word where the language puts a space.
 RATIO = N_("{number}×")
+# TRANSLATORS: the same ratio in a table cell ("1.96×" under a column "Factor"), where a table is
+# terser than a sentence (German 1,96× in a table, 1,96-mal in a sentence). {number} is formatted.
+RATIO_CELL = NC_("table cell", "{number}×")
 
 
 def _rounded(value: float, decimals: int) -> Decimal:
@@ -125,7 +128,9 @@ def _percent(value: float, decimals: int, lang: str) -> str:
     pattern = Locale.parse(lang).percent_formats[None].pattern  # "#,##0 %" in German and French
     if decimals:
         pattern = pattern.replace("#,##0", "#,##0." + "0" * decimals, 1)
-    return format_percent(_rounded(value * 100, decimals) / 100, pattern, locale=lang)
+    number = _rounded(value * 100, decimals)
+    number = abs(number) if number == 0 else number  # -0.04 % is "0.0 %", not "-0.0 %"
+    return format_percent(number / 100, pattern, locale=lang)
 
 
 def _millions(value: float, decimals: int, lang: str) -> str:
@@ -168,12 +173,18 @@ def _bytes(value: int, lang: str) -> str:
     return text.replace(" ", UNIT_SPACE[lang]).replace("\xa0", UNIT_SPACE[lang])
 
 
-def _ratio(value: float, decimals: int, lang: str) -> str:
-    return gettext_for(lang, "site")(RATIO).format(number=_number(value, decimals, lang, trim=True))
+def _ratio(value: float, decimals: int, lang: str, cell: bool = False) -> str:
+    number = _number(value, decimals, lang, trim=True)
+    if cell:
+        return pgettext_for(lang, "site")("table cell", RATIO_CELL).format(number=number)
+    return gettext_for(lang, "site")(RATIO).format(number=number)
 
 
-def format_figure(value: float, unit: str, lang: str = "en", decimals: int | None = None) -> str:
-    """Format a figure the way a native technical writer of `lang` prints it."""
+def format_figure(
+    value: float, unit: str, lang: str = "en", decimals: int | None = None, cell: bool = False
+) -> str:
+    """Format a figure the way a native technical writer of `lang` prints it; `cell`: in a table's
+    cell, where some languages write it more tersely (a ratio)."""
     if lang not in LANGS:
         raise FigureError(f"unknown language {lang!r}")
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -191,7 +202,7 @@ def format_figure(value: float, unit: str, lang: str = "en", decimals: int | Non
     if unit == "millions":
         return _millions(value, 2 if decimals is None else decimals, lang)
     if unit == "ratio":  # 2 倍, not 2.00 倍: trailing zeros dropped
-        return _ratio(value, 2 if decimals is None else decimals, lang)
+        return _ratio(value, 2 if decimals is None else decimals, lang, cell)
     if unit == "percent":
         return _percent(value, 0 if decimals is None else decimals, lang)
     if unit == "seconds":
@@ -242,7 +253,9 @@ def render(text: str, page: str, lang: str, store: dict | None = None) -> str:
             return format_figure(
                 entry["value"], "code" if unit == "int" else unit, "en", entry.get("decimals")
             )
-        return format_figure(entry["value"], unit, lang, entry.get("decimals"))
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        cell = text[line_start : match.start()].lstrip().startswith("|")
+        return format_figure(entry["value"], unit, lang, entry.get("decimals"), cell)
 
     return PLACEHOLDER.sub(sub, text)
 

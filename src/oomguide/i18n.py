@@ -39,11 +39,17 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "check": ("check_render.py", "messages.py", "nanochat/render.py", "cli.py"),
     "site": ("site_hooks.py", "placement.py", "paste.py", "figures.py"),
 }
-KEYWORDS = {"_": None, "N_": None}
+KEYWORDS = {"_": None, "N_": None, "NC_": ((1, "c"), 2)}
 
 
 def N_(message: str) -> str:
     """Marks `message` for the catalogs where it is defined; it is translated where it is printed."""
+    return message
+
+
+def NC_(context: str, message: str) -> str:
+    """Marks `message` with a gettext context (msgctxt): the same English words where a language
+    says them another way (a ratio in a table cell, not in a sentence). Printed with `pgettext_for`."""
     return message
 
 
@@ -92,6 +98,11 @@ def compile_catalog(po: Path, lang: str, domain: str) -> bytes:
 def gettext_for(lang: str, domain: str = "explain"):
     """The ``_`` of `lang`: English message id in, translated sentence out."""
     return translations(lang, domain).gettext
+
+
+def pgettext_for(lang: str, domain: str = "explain"):
+    """The ``pgettext`` of `lang`: (context, English message id) in, translated words out."""
+    return translations(lang, domain).pgettext
 
 
 # --------------------------------------------------------------------------------------------

@@ -69,6 +69,13 @@ _FMT_BYTES = re.compile(r"(\d+\.\d+) (GiB|MiB)")
 # TRANSLATORS: between two card names the reader chooses from ("RTX 4060 Ti 8GB or RTX 4060 Ti 16GB")
 OR = N_(" or ")
 
+# TRANSLATORS: a value the reader gave ('RTX 3060', '12XB'), quoted in an error as the language quotes
+# a word in a sentence (German „{value}“, French « {value} » with no-break spaces, Japanese 「{value}」)
+QUOTED = N_("'{value}'")
+# a value written as Python's repr() of a string: the reader's own words, quoted as the language quotes
+# them; not after "=" (init_from='resume', device='cpu'), where the quotes are Python's
+_REPR = re.compile(r"'[^'\n]*'")
+
 # TRANSLATORS: an option's value refused: argparse names the option, then the library's message
 ARGUMENT = N_("argument {option}: {reason}")
 # TRANSLATORS: a positional argument refused by argparse ({name}: its name, as "command" or CONFIG)
@@ -402,6 +409,11 @@ def translate(text: str, lang: str) -> str:
         if name in values:
             values[name] = translate(values[name], lang)
     _ = gettext_for(lang, "check")
+    quoted = []
+    for name, value in values.items():
+        if isinstance(value, str) and _REPR.fullmatch(value) and f"={{{name}}}" not in msgid:
+            values[name] = _(QUOTED).format(value=value[1:-1])
+            quoted.append(values[name])
     reader, choices = values.get("reader"), values.get("choices")
     if reader in READERS:
         values["reader"] = _(reader)
@@ -435,4 +447,8 @@ def translate(text: str, lang: str) -> str:
             from .figures import format_count
 
             values[name] = format_count(int(values[name].replace(",", "")), lang)
-    return _(msgid).format(**values)
+    text = _(msgid).format(**values)
+    if lang in ("ja", "zh"):  # full-width quotation marks take no space beside them: GPU「RTX 3060」が
+        for value in quoted:
+            text = re.sub(rf" ?{re.escape(value)} ?", value, text)
+    return text

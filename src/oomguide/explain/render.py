@@ -47,6 +47,12 @@ def _quoted(figs, lang: str) -> dict[str, str]:
     return {key: quote.format(size=value) for key, value in figs.printed.items()}
 
 
+def _card(nbytes: int, figs, quoted: dict[str, str], lang: str) -> str:
+    """A card's total memory: as the message printed it when it is the message's own card (de „11.69 GiB“),
+    else as the tool computed it (--gpu-memory's card, written as `lang` writes sizes)."""
+    return quoted["capacity"] if nbytes == figs.capacity else _size(nbytes, lang)
+
+
 def _format_name(label: str, t) -> str:
     """The message format as the title names it: the PyTorch versions that print it, in the reader's words."""
     return t(FORMAT_NAMES[label]) if label in FORMAT_NAMES else label
@@ -192,12 +198,11 @@ def _tensor_lines(result: Explanation, lang: str) -> list[str]:
 def _prediction_lines(result: Explanation, lang: str) -> list[str]:
     t = gettext_for(lang)
     fmt = functools.partial(_size, lang=lang)
-    req = _quoted(result.figures, lang)["requested"]
+    q = _quoted(result.figures, lang)
+    req = q["requested"]
     p = result.prediction
-    lines = [
-        "",
-        t(TEXT["h_prediction"]).format(card=fmt(p["gpu_memory_bytes"]), usable=fmt(p["usable_bytes"])),
-    ]
+    card = _card(p["gpu_memory_bytes"], result.figures, q, lang)
+    lines = ["", t(TEXT["h_prediction"]).format(card=card, usable=fmt(p["usable_bytes"]))]
     if "compiled" in p:  # the one verdict's dict (oomguide.verdict): say what it ran
         path = p["code"].get("path")
         key = f"pred_{'compiled' if p['compiled'] else 'eager'}_{'checkout' if path else 'released'}"
@@ -248,7 +253,7 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
             params=figures.format_count(s["parameters"], lang),
             states=fmt(s["states_bytes"]),
             states_gb=_gb(s["states_bytes"], lang),
-            card=fmt(s["card_bytes"]),
+            card=_card(s["card_bytes"], figs, q, lang),
             card_gb=_gb(s["card_bytes"], lang),
             usable=fmt(s["usable_bytes"]),
             margin=fmt(max(0, s["usable_bytes"] - s["states_bytes"])),
@@ -296,7 +301,7 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
         code = item["code"]
         if code == "different_card":
             theirs = item["message_bytes"]
-            capacity = q["capacity"] if theirs == figs.capacity else fmt(theirs)
+            capacity = _card(theirs, figs, q, lang)
             text = t(TEXT["dis_card"]).format(card=fmt(item["bytes"]), capacity=capacity)
         elif code == "other_processes":
             key = "dis_other_explains" if item["explains"] else "dis_other_partly"
