@@ -104,7 +104,7 @@ TEXT: dict[str, str] = {
         "largest --device-batch-size that fits."
     ),
     "hint_config": N_(
-        "Pass your config (--config FILE, --set key=value) to compare with your model's "
+        "Pass your config (--config CONFIG, --set KEY=VALUE) to compare with your model's "
         "activations and weights and to predict each phase."
     ),
     "h_prediction": N_(
