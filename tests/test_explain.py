@@ -932,3 +932,17 @@ def test_parameter_count_from_the_shape_is_the_models(shape):
     assert gpt_parameters(g) == (params, sum(linear.values()))
     if shape == dict(init_from="gpt2-xl"):
         assert params == GPT2_XL_PARAMS
+
+
+@pytest.mark.parametrize("lang", ["en", "ja", "fr"])
+def test_a_message_that_names_no_gpu_gets_a_title_without_one(capsys, message_file, lang):
+    """Some releases' short form says "GPU has 79.19 GiB total" with no device number (nanochat #443): the
+    title said "on GPU None" (a round-9 reviewer's find)."""
+    path = message_file(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. \n"
+        "GPU has 79.19 GiB total, 6.68 GiB free, 72.48 GiB in use by this process.\n"
+    )
+    rc, out, err = run_main(capsys, path, "--lang", lang)
+    assert rc == 0, err
+    title = out.splitlines()[0]
+    assert "None" not in title and "GPU 0" not in title and "CUDA" in title, title

@@ -361,7 +361,8 @@ def render(result: Explanation, lang: str = "en") -> str:
         return _render_no_request(result, lang)
     t = gettext_for(lang)
     figs = result.figures
-    lines = [t(TEXT["title"]).format(gpu=figs.gpu, format=_format_name(figs.format, t))]
+    title = TEXT["title"] if figs.gpu is not None else TEXT["title_any_gpu"]
+    lines = [t(title).format(gpu=figs.gpu, format=_format_name(figs.format, t))]
     if result.messages_found > 1:
         lines.append(t(TEXT["several"]).format(n=result.messages_found))
     if result.context:

@@ -22,6 +22,8 @@ FORMAT_NAMES: dict[str, str] = {
 
 TEXT: dict[str, str] = {
     "title": N_("CUDA out of memory on GPU {gpu} (message format: PyTorch {format})"),
+    # a message that names no GPU ("GPU has 79.19 GiB total, ..."): PyTorch's short form of some releases
+    "title_any_gpu": N_("CUDA out of memory (message format: PyTorch {format})"),
     "several": N_("{n} OOM messages in the input; explaining the last one."),
     "context_estimate_loss": N_(
         "The traceback passes through estimate_loss(): it ran out during evaluation."
