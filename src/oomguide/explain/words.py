@@ -218,7 +218,9 @@ TEXT: dict[str, str] = {
     "context_to_device": N_(
         "The traceback passes through .to(device) or .cuda(): it ran out while moving tensors to the GPU."
     ),
-    "title_no_request": N_("CUDA out of memory (message format: {format}), without a requested size"),
+    "title_no_request": N_(
+        "CUDA out of memory (message format: PyTorch {format}), without a requested size"
+    ),
     "no_request": N_(
         "CUDA itself ran out of memory, outside PyTorch's caching allocator, so the message names no "
         "tensor and no size. This happens while CUDA creates its context, loads kernels, or while a "
