@@ -403,3 +403,15 @@ def test_an_unknown_key_on_the_command_line_stops_as_train_py_does(tmp_path, cap
     )
     run = verdict.prepare(verdict.Request(configs=[str(config)], cwd=tmp_path))
     assert any("nonsense is not a nanoGPT train.py setting" in n for n in run.notes), run.notes
+
+
+def test_two_closing_marks_in_a_row_never_start_a_line():
+    """"状态）、" at a line's end: the closing mark that overflowed took back "）", itself a closing mark,
+    which then began the next line; both go with the character before them."""
+    from oomguide.cli import _Formatter
+
+    text = "第一个训练步（创建 AdamW 的状态）、训练步"
+    for width in range(8, 40):
+        lines = _Formatter("x")._split_lines(text, width)
+        assert "".join(lines).replace(" ", "") == text.replace(" ", ""), lines
+        assert not any(line.startswith(("）", "、")) for line in lines), (width, lines)

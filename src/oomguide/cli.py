@@ -64,8 +64,11 @@ class _Formatter(argparse.HelpFormatter):
             if token == " " and not line:
                 continue
             if line and token != " " and _columns("".join(line) + token) > width:
-                # a closing mark takes the token before it to the next line, an opening mark goes with what it opens
-                carried = [line.pop()] if (token[0] in _CLOSING or line[-1] in _OPENING) and len(line) > 1 else []
+                # a closing mark takes the token before it to the next line (and that one's, if it is a closing
+                # mark too: "）、"), an opening mark goes with what it opens
+                carried = []
+                while len(line) > 1 and ((carried or [token])[0][0] in _CLOSING or line[-1] in _OPENING):
+                    carried.insert(0, line.pop())
                 lines.append("".join(line).rstrip())
                 line = carried
             line.append(token)
