@@ -564,6 +564,26 @@ def test_same_paragraphs_items_rows_and_admonitions_per_section():
     assert check_parity(ROOT) == []
 
 
+def catalog_spacing(root: Path, lang: str) -> list[str]:
+    """The spacing rules of `lang` (French: a no-break space before : ; ! ? and inside « ») applied to what the
+    tool prints: its catalogs' translations, placeholders left out."""
+    # (not "number and unit": card names and code, as "RTX 4060 Ti 8GB", are written as they are spelt)
+    rules = [(pattern, message) for pattern, message in RULES.get(lang, []) if "before" in message or "«" in message]
+    return [
+        f"{place}: " + message.format(m=m.group(0)) + f" in {raw[max(0, m.start() - 30) : m.end() + 10]!r}"
+        for place, _, raw, _ in catalog_prose(root, lang)
+        for pattern, message in rules
+        for m in pattern.finditer(raw)
+    ]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_catalogs_follow_the_languages_spacing(lang):
+    """A round-10 reviewer found three French lines of check with an ordinary space before « : » (in --help,
+    the colon could start a line): the built pages' spacing rules hold for the tool's output too."""
+    assert catalog_spacing(ROOT, lang) == []
+
+
 def test_typography_of_the_built_pages(site):
     assert check_typography(site) == []
 
