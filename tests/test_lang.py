@@ -119,11 +119,16 @@ def as_written(msgid: str, name: str, value: str, lang: str) -> str:
         return i18n.gettext_for(lang, "check")(value)
     if name == "type" and msgid == messages.INVALID_TYPE and value in messages.ARGPARSE_TYPES:
         return i18n.gettext_for(lang, "check")(messages.ARGPARSE_TYPES[value])
+    _ = i18n.gettext_for(lang, "check")
+
+    def listed(text: str) -> str:  # each item quoted as the language quotes the reader's words
+        items = text.split(", ")
+        return _(", ").join(_(messages.QUOTED).format(value=i[1:-1]) if re.fullmatch(r"'[^']*'", i) else i for i in items)
+
     if name in ("places", "cards"):
-        return i18n.gettext_for(lang, "check")(", ").join(value.split(", "))
+        return listed(value)
     if name == "choices":
-        _ = i18n.gettext_for(lang, "check")
-        return _(messages.OR).join(_(", ").join(part.split(", ")) for part in value.split(messages.OR))
+        return _(messages.OR).join(listed(part) for part in value.split(messages.OR))
     if re.fullmatch(r"'[^']*'", value) and f"={{{name}}}" not in msgid:  # the reader's words, quoted
         return i18n.gettext_for(lang, "check")(messages.QUOTED).format(value=value[1:-1])
     return value
@@ -245,7 +250,7 @@ def test_option_errors_and_argparses_own_wording_are_translated(capsys):
     with pytest.raises(SystemExit):
         main(["check", "x.py", "--phase", "nope", "--lang=de"])
     err = capsys.readouterr().err  # argparse's own sentence, matched by its msgid (issue 31)
-    assert err.startswith("oomguide: Fehler: Argument --phase: ungültige Auswahl: „nope“ (möglich: "), err
+    assert err.startswith("oomguide: Fehler: Argument --phase: ungültige Auswahl: „nope“ (möglich: „resume“, "), err
     text = "argument --phase: a wording argparse may use one day"  # no msgid: English, not half of it
     assert messages.translate(text, "de") == text
 

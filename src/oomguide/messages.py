@@ -423,8 +423,10 @@ def translate(text: str, lang: str) -> str:
     kind = values.get("type")
     if msgid == INVALID_TYPE and kind in ARGPARSE_TYPES:  # argparse's type name ("int"), in those words
         values["type"] = _(ARGPARSE_TYPES[kind])
-    def listed(text: str) -> str:  # "a, b, c" joined as the language lists things
-        return _(", ").join(text.split(", "))
+    def listed(text: str) -> str:  # "a, b, c" joined as the language lists things, quoted as it quotes
+        return _(", ").join(
+            _(QUOTED).format(value=item[1:-1]) if _REPR.fullmatch(item) else item for item in text.split(", ")
+        )
 
     if choices is not None:  # "a, b or c"
         values["choices"] = _(OR).join(listed(part) for part in choices.split(OR))
