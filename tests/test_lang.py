@@ -125,7 +125,7 @@ def as_written(msgid: str, name: str, value: str, lang: str) -> str:
         items = text.split(", ")
         return _(", ").join(_(messages.QUOTED).format(value=i[1:-1]) if re.fullmatch(r"'[^']*'", i) else i for i in items)
 
-    if name in ("places", "cards"):
+    if name in ("places", "cards", *messages.LISTS.get(msgid, ())):
         return listed(value)
     if name == "choices":
         return _(messages.OR).join(listed(part) for part in value.split(messages.OR))

@@ -76,6 +76,10 @@ QUOTED = N_("'{value}'")
 # them; not after "=" (init_from='resume', device='cpu'), where the quotes are Python's
 _REPR = re.compile(r"'[^'\n]*'")
 
+# the card's figures a cut message lacks ("total capacity, free": PyTorch's words), listed as the language lists
+CUT_FIGURES = N_('found "Tried to allocate {size}" but not the card\'s figures ({names}): paste the whole message')
+LISTS = {CUT_FIGURES: ("names",)}
+
 # TRANSLATORS: an option's value refused: argparse names the option, then the library's message
 ARGUMENT = N_("argument {option}: {reason}")
 # TRANSLATORS: a positional argument refused by argparse ({name}: its name, as "command" or CONFIG)
@@ -253,7 +257,7 @@ MESSAGES: tuple[str, ...] = (
     N_("no CUDA out-of-memory message ('Tried to allocate …') in stdin"),
     N_("no CUDA out-of-memory message ('Tried to allocate …') in the pasted text"),
     N_("no CUDA out-of-memory message ('Tried to allocate …') in {source}"),
-    N_('found "Tried to allocate {size}" but not the card\'s figures ({names}): paste the whole message'),
+    CUT_FIGURES,
     N_(
         'found "Tried to allocate {size}" but not "Of the allocated memory … is allocated by PyTorch, '
         'and … is reserved by PyTorch but unallocated": paste the whole message'
@@ -430,7 +434,7 @@ def translate(text: str, lang: str) -> str:
 
     if choices is not None:  # "a, b or c"
         values["choices"] = _(OR).join(listed(part) for part in choices.split(OR))
-    for name in ("places", "cards"):  # the folders looked in, the closest cards
+    for name in ("places", "cards", *LISTS.get(msgid, ())):  # the folders looked in, the closest cards
         if values.get(name):
             values[name] = listed(values[name])
     if msgid in CARD_SIZES and re.fullmatch(r"\d+\.\d+", values["size"]):
