@@ -413,10 +413,14 @@ def translate(text: str, lang: str) -> str:
         if name in values:
             values[name] = translate(values[name], lang)
     _ = gettext_for(lang, "check")
+
+    def requoted(value: str) -> str:  # 'RTX 3060' (Python's repr) quoted as the language quotes: „RTX 3060“
+        return _(QUOTED).format(value=value[1:-1]) if _REPR.fullmatch(value) else value
+
     quoted = []
     for name, value in values.items():
         if isinstance(value, str) and _REPR.fullmatch(value) and f"={{{name}}}" not in msgid:
-            values[name] = _(QUOTED).format(value=value[1:-1])
+            values[name] = requoted(value)
             quoted.append(values[name])
     reader, choices = values.get("reader"), values.get("choices")
     if reader in READERS:
@@ -428,9 +432,7 @@ def translate(text: str, lang: str) -> str:
     if msgid == INVALID_TYPE and kind in ARGPARSE_TYPES:  # argparse's type name ("int"), in those words
         values["type"] = _(ARGPARSE_TYPES[kind])
     def listed(text: str) -> str:  # "a, b, c" joined as the language lists things, quoted as it quotes
-        return _(", ").join(
-            _(QUOTED).format(value=item[1:-1]) if _REPR.fullmatch(item) else item for item in text.split(", ")
-        )
+        return _(", ").join(requoted(item) for item in text.split(", "))
 
     if choices is not None:  # "a, b or c"
         values["choices"] = _(OR).join(listed(part) for part in choices.split(OR))
