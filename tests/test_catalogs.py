@@ -90,3 +90,24 @@ def test_catalogs_ship_as_package_data():
     assert any(f.endswith(".po") for f in files)
     for f in files:
         assert any(fnmatch(f, g) for g in globs), f"src/oomguide/{f} is not in package-data {globs}"
+
+
+def test_regenerating_an_unchanged_catalog_leaves_its_file_alone(tmp_path):
+    """`python -m oomguide.i18n` rewrites a catalog only when a message changed, not for its date."""
+    from datetime import datetime, timezone
+
+    from babel.messages.catalog import Catalog
+
+    def catalog(day: int, text: str) -> Catalog:
+        made = Catalog(locale="de", domain="check", creation_date=datetime(2026, 11, day, tzinfo=timezone.utc))
+        made.add("card", text)
+        return made
+
+    path = tmp_path / "check.po"
+    i18n._write(path, catalog(1, "Karte"))
+    written = path.read_bytes()
+    assert b"2026-11-01" in written
+    i18n._write(path, catalog(2, "Karte"))
+    assert path.read_bytes() == written
+    i18n._write(path, catalog(3, "Grafikkarte"))
+    assert b"Grafikkarte" in path.read_bytes() and b"2026-11-03" in path.read_bytes()

@@ -27,6 +27,7 @@ import functools
 import gettext
 import io
 import os
+import re
 from pathlib import Path
 
 LANGS = ("en", "ja", "zh", "de", "fr")
@@ -132,17 +133,29 @@ def extract(domain: str):
     return catalog
 
 
+def _write(path: Path, catalog) -> None:
+    """Write a template or catalog, unless only its POT-Creation-Date would change."""
+    from babel.messages.pofile import write_po
+
+    buffer = io.BytesIO()
+    write_po(buffer, catalog, width=100, ignore_obsolete=True)
+    new = buffer.getvalue()
+    undated = re.compile(rb'^"POT-Creation-Date: [^"]*"$', re.MULTILINE)
+    if path.exists() and undated.sub(b"", path.read_bytes()) == undated.sub(b"", new):
+        return
+    path.write_bytes(new)
+
+
 def update() -> None:
     """Write each domain's template and merge it into every language's catalog."""
-    from babel.messages.pofile import read_po, write_po
+    from babel.messages.pofile import read_po
 
     for domain in DOMAINS:
         template = extract(domain)
         if not len(template):
             continue
         LOCALE.mkdir(exist_ok=True)
-        with (LOCALE / f"{domain}.pot").open("wb") as f:
-            write_po(f, template, width=100)
+        _write(LOCALE / f"{domain}.pot", template)
         for lang in LANGS:
             if lang == SOURCE_LANG:
                 continue
@@ -156,8 +169,7 @@ def update() -> None:
 
                 catalog = Catalog(locale=lang, domain=domain, project="oomguide")
             catalog.update(template, no_fuzzy_matching=False)
-            with path.open("wb") as f:
-                write_po(f, catalog, width=100, ignore_obsolete=True)
+            _write(path, catalog)
             print(f"{path.relative_to(PACKAGE)}: {len(catalog)} messages")
 
 
