@@ -946,3 +946,19 @@ def test_a_message_that_names_no_gpu_gets_a_title_without_one(capsys, message_fi
     assert rc == 0, err
     title = out.splitlines()[0]
     assert "None" not in title and "GPU 0" not in title and "CUDA" in title, title
+
+
+@pytest.mark.parametrize(
+    ("lang", "quoted"), [("fr", "occupent «\u202f72.48 GiB\u202f» de la carte"), ("de", "„72.48 GiB“")]
+)
+def test_the_short_forms_memory_in_use_is_quoted_as_printed(lang, quoted):
+    """The short form's "72.48 GiB in use by this process" stands for PyTorch's allocated memory in the
+    diagnosis: it is a size read from the message, so it is quoted as printed, never recomputed as 72,48 Gio
+    (a round-17 reviewer's find)."""
+    result = ex.explain(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. \n"
+        "GPU has 79.19 GiB total, 6.68 GiB free, 72.48 GiB in use by this process.\n"
+    )
+    text = ex.render(result, lang)
+    assert quoted in text, text
+    assert "72,48" not in text, text

@@ -800,8 +800,13 @@ def test_typography_rules(lang, text, bad):
         # seconds in the language's unit
         (124373760, "millions", "en", "124.37M"),
         (124373760, "millions", "fr", "124,37\u00a0millions"),
-        (124373760, "millions", "ja", "1.24 億"),
-        (1557611200, "millions", "zh", "15.58 亿"),
+        # ja/zh in 億/亿 and 万, to the precision the English keeps (124.37M, 10.65M, 1.56B)
+        (124373760, "millions", "ja", "1 億 2,437 万"),
+        (124373760, "millions", "zh", "1 亿 2437 万"),
+        (10650000, "millions", "ja", "1,065 万"),
+        (100000000, "millions", "ja", "1 億"),
+        (1557611200, "millions", "zh", "15.6 亿"),
+        (3e9, "millions", "ja", "30 億"),
         (2.0, "ratio", "ja", "2\u00a0倍"),
         (2.0, "ratio", "en", "2×"),
         (1.10, "ratio", "de", "1,1-mal"),

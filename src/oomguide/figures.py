@@ -55,7 +55,7 @@ def save(store: dict, path: Path = STORE) -> None:
 # Typography per language (tests/test_language.py checks the built pages). Numbers come from
 # CLDR through Babel (``babel.numbers``, ``babel.units``): each language's digits, decimal sign,
 # grouping separator (65,536 / 65.536 / 65 536 with U+202F in French), percent sign and its space,
-# compact large numbers (124.37M, 1.24 億, 1.24 亿, 124,37 Mio., 124,37 millions) and the unit "second"
+# compact large numbers (124.37M, 124,37 Mio., 124,37 millions) and the unit "second"
 # (0.12 sec, 0.12 秒, 0,12 s). Decided here, on top of CLDR:
 # - German and French leave a four-digit number ungrouped (1024, as DIN 5008 and the Imprimerie
 #   nationale's rules have it; CLDR would write 1.024 / 1 024): ``GROUP_FROM``;
@@ -68,8 +68,9 @@ def save(store: dict, path: Path = STORE) -> None:
 #   is "Sek."), as French's are;
 # - Chinese seconds take that space too (0.12 秒, where CLDR writes 0.12秒), as the Chinese pages
 #   write a number before a Chinese unit (30 秒, 4 倍, 8 个) and as Japanese CLDR does;
-# - so do the Japanese and Chinese counts in 億/亿 (1.24 億, 1.24 亿, where CLDR writes 1.24億), as
-#   both languages' pages write a number before 万 (約 7,700 万, 约 7700 万);
+# - Japanese and Chinese counts are written in 億/亿 and 万 (1 億 2,437 万, 1 亿 2437 万, to the
+#   precision of the English 124.37M; CLDR's compact 1.24億 keeps less), with that space, as both
+#   languages' pages write a number before 万 (約 7,700 万, 约 7700 万): ``_man_oku``;
 # - a count of millions is written out in French (124,37 millions: "de paramètres" follows in the
 #   page), compact elsewhere;
 # - the ratio's words (4.22×, 4,22-mal, 4,22 fois, 4.22 倍) are the ``site`` catalogs' (CLDR has none).
@@ -136,16 +137,40 @@ def _percent(value: float, decimals: int, lang: str) -> str:
 def _millions(value: float, decimals: int, lang: str) -> str:
     from babel.numbers import format_compact_decimal
 
-    if lang in ("en", "de", "fr"):  # a count of millions, as these languages say it
-        number = _rounded(value / 1e6, decimals) * 1000000
-    else:  # Japanese and Chinese count in 万 and 億/亿: 1.24 億, 15.58 亿
-        number = Decimal(round(value))
+    if lang in ("ja", "zh"):
+        return _man_oku(value, decimals, lang)
+    number = _rounded(value / 1e6, decimals) * 1000000  # a count of millions, as these languages say it
     text = format_compact_decimal(
         number, format_type=COMPACT.get(lang, "short"), locale=lang, fraction_digits=decimals
     )
-    if lang in ("ja", "zh"):  # CLDR: 1.24億, 1.24亿
-        text = _unit_spaced(text)
     return text.replace(" ", UNIT_SPACE[lang])
+
+
+MAN_OKU = {"ja": ("万", "億"), "zh": ("万", "亿")}
+
+
+def _man_oku(value: float, decimals: int, lang: str) -> str:
+    """A count as Japanese and Chinese write it, in 万 (10⁴) and 億/亿 (10⁸), to the precision the English
+    form keeps: 124.37M is 1 億 2,437 万 (1 亿 2437 万), 10.65M is 1,065 万, 1.56B is 15.6 億. The
+    English form rounds to `decimals` digits of millions, or of billions from 1B up."""
+    man, oku = MAN_OKU[lang]
+    step = 10 ** ((9 if round(value / 1e6, decimals) >= 1000 else 6) - decimals)  # what the English keeps
+    count = round(Decimal(value) / step) * Decimal(step)
+    space = UNIT_SPACE[lang]
+
+    def figure(number: Decimal, unit: float) -> str:  # `number` in units of `unit`, to `step`'s precision
+        digits = max(0, len(str(int(unit))) - len(str(step)))
+        text = _number(number / Decimal(unit), digits, lang, trim=True)
+        if lang == "zh" and number < Decimal(unit) * 10000:  # zh writes 7700 万, ja 7,700 万
+            text = text.replace(",", "")
+        return text
+
+    if count < 10**8 or step > 10**4:  # 1,065 万; 15.6 億 where the English keeps less than a 万
+        unit, name = (10**8, oku) if count >= 10**8 else (10**4, man)
+        return f"{figure(count, unit)}{space}{name}" if count else "0"
+    whole, rest = divmod(count, 10**8)
+    text = f"{figure(whole * 10**8, 10**8)}{space}{oku}"
+    return f"{text}{space}{figure(rest, 10**4)}{space}{man}" if rest else text
 
 
 def _seconds(value: float, decimals: int, lang: str) -> str:

@@ -53,6 +53,16 @@ def _card(nbytes: int, figs, quoted: dict[str, str], lang: str) -> str:
     return quoted["capacity"] if nbytes == figs.capacity else _size(nbytes, lang)
 
 
+def _allocated(figs, quoted: dict[str, str], lang: str) -> str:
+    """PyTorch's allocated memory: as the message printed it; the short form prints only this process's
+    memory in use, which counts as allocated (``formats.parse_short``), so it is quoted as printed too."""
+    if "allocated" in quoted:
+        return quoted["allocated"]
+    if figs.format == "short" and "in_use" in quoted:
+        return quoted["in_use"]
+    return _size(figs.allocated, lang)
+
+
 def _format_name(label: str, t) -> str:
     """The message format as the title names it: the PyTorch versions that print it, in the reader's words."""
     return t(FORMAT_NAMES[label]) if label in FORMAT_NAMES else label
@@ -241,7 +251,7 @@ def _diagnosis_lines(result: Explanation, lang: str) -> list[str]:
         req=q["requested"],
         capacity=q["capacity"],
         free=q["free"],
-        allocated=q.get("allocated", fmt(figs.allocated)),
+        allocated=_allocated(figs, q, lang),
         unalloc=_unallocated(figs, lang),
         sum=fmt(figs.free + figs.reserved_unallocated),
         outside=fmt(figs.outside_pytorch),
@@ -313,7 +323,7 @@ def _disagreement_lines(result: Explanation, lang: str) -> list[str]:
             text = t(TEXT["dis_fragmentation"]).format(unalloc=unalloc)
         else:  # allocated_beyond_prediction
             text = t(TEXT["dis_allocated"]).format(
-                allocated=q.get("allocated", fmt(figs.allocated)),
+                allocated=_allocated(figs, q, lang),
                 req=q["requested"],
                 total=fmt(item["message_bytes"]),
                 excess=fmt(item["bytes"]),
