@@ -199,6 +199,7 @@ def error_cases(root: Path) -> dict[str, tuple[list[str], str | None]]:
         "processes": (["check", config, "--nproc-per-node", "0"], None),
         "argparse choice": (["check", config, "--phase", "nope"], None),
         "argparse command": (["nope"], None),
+        "argparse no command": ([], None),  # "oomguide --lang de" alone: the command word is missing
         "argparse unknown option": (["check", config, "--bogus"], None),
         "argparse value missing": (["check", config, "--gpu"], None),
         "argparse int": (["check", config, "--nproc-per-node", "x"], None),
@@ -241,6 +242,7 @@ def test_every_error_line_in_every_language(name, place, monkeypatch, capsys):
         rc, line = run_cli(argv, stdin, lang, monkeypatch, capsys, place)
         assert rc == 2 and line.count("\n") == 1, f"{name} ({lang}): {rc} {line!r}"
         assert text not in line, f"{name} ({lang}): in English: {line!r}"
+        assert not re.search(r"\bcommand\b", line), f"{name} ({lang}): argparse's name in English: {line!r}"
         assert "stdin" not in line or lang == "de", f"{name} ({lang}): {line!r}"  # de says stdin
 
 
@@ -371,6 +373,26 @@ def test_help_in_every_language(command, capsys):
             assert word not in shown or word == "options:" == f"{_options(lang)}:", (
                 f"{command} --help ({lang}): {word!r}"
             )
+
+
+def test_lang_before_the_command_word_is_the_commands_lang(capsys):
+    """"oomguide --lang de --help" (round-19 reviewers) was argparse's error, "de" read as the command
+    word: --lang is taken before the command too, and the last one given decides, as argparse's own."""
+    from oomguide.cli import _new_parser
+
+    message = str(GOLDEN / "messages" / "article-estimate-loss.txt")
+    for lang in LANGS:
+        with pytest.raises(SystemExit) as info:
+            main(["--lang", lang, "--help"])
+        assert info.value.code == 0
+        shown = capsys.readouterr().out
+        assert _new_parser(lang)[0].description in shown and _new_parser("en")[0].description not in shown
+        assert main(["explain", message, "--lang", lang]) == 0
+        after = capsys.readouterr().out
+        assert main(["--lang", lang, "explain", message]) == 0
+        assert capsys.readouterr().out == after
+        assert main(["--lang", "en", "explain", message, f"--lang={lang}"]) == 0
+        assert capsys.readouterr().out == after
 
 
 @pytest.mark.parametrize("lang", ["ja", "zh", "en", "fr"])

@@ -237,6 +237,29 @@ def test_every_line_of_the_runs_is_checked_or_refused_in_one_line(name, gpu, lin
         assert rc == 2 and err.count("\n") == 1 and "not a memory-relevant script" in err, err
 
 
+@pytest.mark.parametrize("script", [s for s in MEMORY_SCRIPTS if (NANOCHAT / "scripts" / f"{s}.py").is_file()])
+def test_every_script_is_worded_in_every_language(script, tmp_path, monkeypatch):
+    """The text answer of each script nanochat runs on the GPU, in each language, for a model from
+    base_train.py's defaults (no checkpoint: NANOCHAT_BASE_DIR is empty). chat_rl's answer crashed on
+    its total batch, which it has not (round-19 ja reviewer), and the model's source was English."""
+    from oomguide.i18n import LANGS
+    from oomguide.nanochat import check, render
+    from test_every_line import english_lines
+
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    line = ["python", "-m", f"scripts.{script}", *(["-i", "sft"] if script == "chat_eval" else [])]
+    out = check.verdict(check.Request(str(NANOCHAT), line, gpu="RTX 3090", search=False))
+    texts = {lang: render.render(out, lang) for lang in LANGS}
+    assert ("base_train.py's defaults" in texts["en"].splitlines()[0]) == (script != "base_train"), texts["en"]
+    if script == "chat_rl":  # --num-samples 16 in passes of 8, for each of 16 examples
+        assert "--device-batch-size 8, 16 samples per example, 16 examples per rank" in texts["en"]
+        assert "gradient accumulation steps per rank: 32" in texts["en"]
+    recorded = "".join(f"$ oomguide check --lang {lang}\n{text}\n" for lang, text in texts.items())
+    assert not english_lines(recorded), english_lines(recorded)
+    for lang, text in texts.items():
+        assert lang == "en" or "no checkpoint found" not in text, (lang, text)
+
+
 def test_the_largest_batch_is_one_base_train_accepts():
     """A card on which 5 rows fit and 6 do not: 5 is refused by base_train's assert (24576 tokens are no
     multiple of 5 x 1024), so the answer is 4, with the 6 micro-steps the script then derives."""

@@ -146,14 +146,24 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _lang_in(words: list[str]) -> str | None:
-    """The value of --lang in `words` (before argparse has read them), when it is one of LANGS."""
+    """The value of --lang in `words` (before argparse has read them), when it is one of LANGS; the
+    last one given, as argparse keeps the last."""
+    found = None
     for i, word in enumerate(words):
         value = word.partition("=")[2] if word.startswith("--lang=") else None
         if word == "--lang" and i + 1 < len(words):
             value = words[i + 1]
         if value in LANGS:
-            return value
-    return None
+            found = value
+    return found
+
+
+def _command_in(words: list[str]) -> str | None:
+    """The command word (check, explain) of a command line, after any --lang given before it."""
+    i = 0
+    while i < len(words) and (words[i] == "--lang" or words[i].startswith("--lang=")):
+        i += 2 if words[i] == "--lang" else 1
+    return words[i] if i < len(words) else None
 
 
 def add_lang(parser, _) -> None:
@@ -229,6 +239,7 @@ def _new_parser(lang: str):
     parser = _Parser(
         prog="oomguide", lang=lang, description=_("CUDA out-of-memory in nanoGPT: predict it, explain it.")
     )
+    add_lang(parser, _)  # "oomguide --lang ja --help", and before the command: _main reads it wherever it is
     return parser, parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
 
@@ -504,10 +515,10 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     lang = _lang_in(words) or default_lang()  # --help and argparse's errors speak it too
-    parser = _explain_parser(lang) if words[:1] == ["explain"] else build_parser(lang)
+    parser = _explain_parser(lang) if _command_in(words) == "explain" else build_parser(lang)
     command = None
     if (
-        words[:1] == ["check"]
+        _command_in(words) == "check"
         and any(w == "--nanochat" or w.startswith("--nanochat=") for w in words)
         and "--" in words
     ):
@@ -515,6 +526,8 @@ def _main(argv) -> int:
         at = words.index("--")
         words, command = words[:at], words[at + 1 :]
     args = parser.parse_args(words)
+    # --lang before the command word: the command's own default (the locale's language) would hide it
+    args.lang = _lang_in(words) or args.lang
     args.nanochat_command = command
     args.program = argv is None
     if (

@@ -78,18 +78,25 @@ _REPR = re.compile(r"'[^'\n]*'")
 
 # the card's figures a cut message lacks ("total capacity, free": PyTorch's words), listed as the language lists
 CUT_FIGURES = N_('found "Tried to allocate {size}" but not the card\'s figures ({names}): paste the whole message')
-LISTS = {CUT_FIGURES: ("names",)}
+UNKNOWN_SCRIPT = N_("{word}: not a nanochat script oomguide predicts (known: {names})")
+LISTS = {CUT_FIGURES: ("names",), UNKNOWN_SCRIPT: ("names",)}
 
 # TRANSLATORS: an option's value refused: argparse names the option, then the library's message
 ARGUMENT = N_("argument {option}: {reason}")
-# TRANSLATORS: a positional argument refused by argparse ({name}: its name, as "command" or CONFIG)
+# TRANSLATORS: a positional argument refused by argparse ({name}: its name, as CONFIG)
 ARGUMENT_NAMED = N_("argument {name}: {reason}")
+# TRANSLATORS: the command word refused by argparse ("oomguide chek": {reason} says which ones exist)
+ARGUMENT_COMMAND = N_("argument command: {reason}")
+# TRANSLATORS: the name argparse gives the command word (check or explain) in "the following
+# arguments are required: command", for "oomguide" typed alone
+NAMES = {"command": N_("command")}
 # what a placeholder of this name can be (any other: any text)
 SHAPES = {"key": r"\w+", "option": r"--[\w-]+"}
 
 # Order matters where two could match the same text: the more specific first.
 MESSAGES: tuple[str, ...] = (
     ARGUMENT,  # first: its {reason} is one of the others
+    ARGUMENT_COMMAND,  # before the one below, which would also match it
     ARGUMENT_NAMED,
     # TRANSLATORS: argparse's own errors (Python's argparse.py, as Python 3.9 to 3.13 word them):
     # {value}, {choices}, {names}, {words}, {option}, {matches}, {type}: as argparse printed them.
@@ -125,7 +132,7 @@ MESSAGES: tuple[str, ...] = (
     N_(
         "{word}: not a memory-relevant script: it evaluates the tokenizer on the CPU and puts nothing on the GPU"
     ),
-    N_("{word}: not a nanochat script oomguide predicts (known: {names})"),
+    UNKNOWN_SCRIPT,
     N_("python without a script: give python -m scripts.X ..."),
     N_("torchrun {option}={value}: give a number of processes (GPUs), e.g. 8"),
     N_("torchrun without a script: give torchrun ... -m scripts.X -- ..."),
@@ -407,7 +414,7 @@ def translate(text: str, lang: str) -> str:
     if found is None:
         return text
     msgid, values = found
-    if msgid in (ARGUMENT, ARGUMENT_NAMED) and match(values["reason"]) is None:
+    if msgid in (ARGUMENT, ARGUMENT_COMMAND, ARGUMENT_NAMED) and match(values["reason"]) is None:
         return text  # a wording no msgid knows: English, rather than half of it
     for name in RECURSIVE:
         if name in values:
@@ -425,6 +432,8 @@ def translate(text: str, lang: str) -> str:
     reader, choices = values.get("reader"), values.get("choices")
     if reader in READERS:
         values["reader"] = _(reader)
+    if values.get("names"):  # what argparse says is missing: its name for the command word, translated
+        values["names"] = ", ".join(_(NAMES[n]) if n in NAMES else n for n in values["names"].split(", "))
     want = values.get("want")
     if want in WANTS:  # what the value must be, in the language's words
         values["want"] = _(want)

@@ -276,6 +276,10 @@ def verdict(request: Request, progress=None, environ: dict | None = None, runs: 
         "total_batch_size": plan.total_batch_size,
         "gradient_accumulation_steps": plan.grad_accum,
         "accepted_device_batch_sizes": plan.rule.accepted(plan.rule.most()) if plan.rule is not None else None,
+        # chat_rl's micro-steps: each example's --num-samples rows in passes of the device batch, for
+        # each of the rank's examples (no total batch of tokens)
+        "samples_per_example": plan.rule.total if plan.rule is not None and plan.rule.script == "chat_rl" else None,
+        "examples_per_rank": plan.rule.repeat if plan.rule is not None and plan.rule.script == "chat_rl" else None,
         "gpu": gpu.name,
         "gpu_memory_bytes": gpu.total_memory,
         "usable_bytes": units.usable_bytes(gpu.total_memory),

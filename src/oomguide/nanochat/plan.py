@@ -223,6 +223,8 @@ def _make(code, checkout: Path, command: Command, args, from_base, environ, voca
     return plan
 
 
+# where the model comes from when the script's checkpoint is not there (render.py words it in the language)
+DEFAULTS = "base_train.py's defaults (no checkpoint found; --from-base names the run)"
 # the checkpoint folder each script loads (nanochat/checkpoint_manager.py's load_model sources)
 _SOURCE = {"chat_rl": "sft", "chat_cli": "sft", "chat_web": "sft", "chat_eval": "sft"}
 # scripts/chat_eval.py's tasks: categorical ones forward a batch of prompts, generative ones sample
@@ -297,7 +299,7 @@ def base_model(code, checkout: Path, args, environ: dict, from_base: str | None,
         config.setdefault("window_pattern", "L")
         return config, meta, str(path)
     defaults = script_parser(checkout, "base_train").parse_args([])
-    return base_config(checkout, defaults, vocab), {}, "base_train.py's defaults (no checkpoint found; --from-base names the run)"
+    return base_config(checkout, defaults, vocab), {}, DEFAULTS
 
 
 def _checkpoint_meta(root: Path, tag: str | None):

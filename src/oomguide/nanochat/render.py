@@ -11,11 +11,20 @@ import functools
 from .. import figures
 from ..i18n import N_, gettext_for
 from ..messages import translate
+from .plan import DEFAULTS
 
 TEXT = {
     "run": N_("nanochat: {script}, processes: {n}, figures per rank; model {shape} from {source}"),
+    "run_defaults": N_(
+        "nanochat: {script}, processes: {n}, figures per rank; model {shape} from base_train.py's defaults "
+        "(no checkpoint found; --from-base names the run)"
+    ),
     "batch": N_(
         "--device-batch-size {dbs}, total batch of {total} tokens -> gradient accumulation steps per rank: {steps}"
+    ),
+    "batch_rl": N_(
+        "--device-batch-size {dbs}, {samples} samples per example, {examples} examples per rank -> "
+        "gradient accumulation steps per rank: {steps}"
     ),
     "dtype": N_("compute dtype: {dtype} ({why})"),
     "card": N_("card: {gpu}, compute capability {capability}: {total} total, {usable} for PyTorch"),
@@ -34,6 +43,7 @@ TEXT = {
         "per rank: {steps})"
     ),
     "accepted": N_("the script accepts --device-batch-size {values} (its assert on the total batch)"),
+    "accepted_rl": N_("the script accepts --device-batch-size {values} (its assert on the samples per example)"),
     "max_batch_none": N_("not even --device-batch-size=1 fits"),
     "footer": N_(
         "(predicted with nanochat's own model and optimizer code on fake tensors; a phase fits when its "
@@ -57,7 +67,7 @@ def render(out: dict, lang: str = "en") -> str:
     shape = out["shape"]
     lines = [
         say(
-            "run",
+            "run_defaults" if out["model_from"] == DEFAULTS else "run",
             script=out["script"],
             n=out["world_size"],
             shape=f"n_layer={shape['n_layer']} n_embd={shape['n_embd']} n_head={shape['n_head']} "
@@ -65,7 +75,17 @@ def render(out: dict, lang: str = "en") -> str:
             source=out["model_from"],
         )
     ]
-    if out["gradient_accumulation_steps"] is not None:
+    if out.get("samples_per_example") is not None:  # chat_rl: no total batch of tokens
+        lines.append(
+            say(
+                "batch_rl",
+                dbs=out["device_batch_size"],
+                samples=out["samples_per_example"],
+                examples=out["examples_per_rank"],
+                steps=out["gradient_accumulation_steps"],
+            )
+        )
+    elif out["gradient_accumulation_steps"] is not None:
         lines.append(
             say(
                 "batch",
@@ -76,7 +96,7 @@ def render(out: dict, lang: str = "en") -> str:
         )
     if out.get("accepted_device_batch_sizes"):
         values = common("list_sep").join(map(str, out["accepted_device_batch_sizes"]))
-        lines.append(say("accepted", values=values))
+        lines.append(say("accepted_rl" if out.get("samples_per_example") is not None else "accepted", values=values))
     lines.append(say("dtype", dtype=out["compute_dtype"], why=translate(out["compute_dtype_from"], lang)))
     lines.append(
         say(
