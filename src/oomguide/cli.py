@@ -514,20 +514,18 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    lang = _lang_in(words) or default_lang()  # --help and argparse's errors speak it too
-    parser = _explain_parser(lang) if _command_in(words) == "explain" else build_parser(lang)
+    word = _command_in(words)
     command = None
-    if (
-        _command_in(words) == "check"
-        and any(w == "--nanochat" or w.startswith("--nanochat=") for w in words)
-        and "--" in words
-    ):
+    if word == "check" and any(w == "--nanochat" or w.startswith("--nanochat=") for w in words) and "--" in words:
         # the nanochat command after the first --, with its own options and --, as the reader typed it
         at = words.index("--")
         words, command = words[:at], words[at + 1 :]
+    given = _lang_in(words)
+    lang = given or default_lang()  # --help and argparse's errors speak it too
+    parser = _explain_parser(lang) if word == "explain" else build_parser(lang)
     args = parser.parse_args(words)
     # --lang before the command word: the command's own default (the locale's language) would hide it
-    args.lang = _lang_in(words) or args.lang
+    args.lang = given or args.lang
     args.nanochat_command = command
     args.program = argv is None
     if (

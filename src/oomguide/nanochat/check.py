@@ -262,6 +262,7 @@ def verdict(request: Request, progress=None, environ: dict | None = None, runs: 
     assumptions.append("MuonAdamW's compiled steps run eagerly: their temporaries are an upper bound")
     if code.stood_in:
         assumptions.append(f"not installed, stood in for the import only (never used by the prediction): {', '.join(code.stood_in)}")
+    rl = plan.rule if plan.rule is not None and plan.rule.script == "chat_rl" else None
     out = {
         "nanochat": str(checkout),
         "script": plan.script,
@@ -278,8 +279,8 @@ def verdict(request: Request, progress=None, environ: dict | None = None, runs: 
         "accepted_device_batch_sizes": plan.rule.accepted(plan.rule.most()) if plan.rule is not None else None,
         # chat_rl's micro-steps: each example's --num-samples rows in passes of the device batch, for
         # each of the rank's examples (no total batch of tokens)
-        "samples_per_example": plan.rule.total if plan.rule is not None and plan.rule.script == "chat_rl" else None,
-        "examples_per_rank": plan.rule.repeat if plan.rule is not None and plan.rule.script == "chat_rl" else None,
+        "samples_per_example": rl.total if rl is not None else None,
+        "examples_per_rank": rl.repeat if rl is not None else None,
         "gpu": gpu.name,
         "gpu_memory_bytes": gpu.total_memory,
         "usable_bytes": units.usable_bytes(gpu.total_memory),

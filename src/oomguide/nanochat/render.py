@@ -75,7 +75,8 @@ def render(out: dict, lang: str = "en") -> str:
             source=out["model_from"],
         )
     ]
-    if out.get("samples_per_example") is not None:  # chat_rl: no total batch of tokens
+    rl = out["samples_per_example"] is not None  # chat_rl: no total batch of tokens
+    if rl:
         lines.append(
             say(
                 "batch_rl",
@@ -96,7 +97,7 @@ def render(out: dict, lang: str = "en") -> str:
         )
     if out.get("accepted_device_batch_sizes"):
         values = common("list_sep").join(map(str, out["accepted_device_batch_sizes"]))
-        lines.append(say("accepted_rl" if out.get("samples_per_example") is not None else "accepted", values=values))
+        lines.append(say("accepted_rl" if rl else "accepted", values=values))
     lines.append(say("dtype", dtype=out["compute_dtype"], why=translate(out["compute_dtype_from"], lang)))
     lines.append(
         say(
